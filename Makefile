@@ -1,0 +1,61 @@
+# The map of the fork. Two commands on a fresh machine: `make install`, `make test`.
+#
+#   make install    .venv with the fork installed editable, torch==2.13.0 (CPU) and the dev tools
+#   make test       installs when needed, runs `make check`, then every test (pytest -n 2)
+#   make test-compile   only the tests marked `compile`
+#
+# Patch queue (the work tree .fork/ is a git repository: `upstream` tag, then one commit per patch):
+#   make fork       build .fork/ from the pinned sdist + patches/ and link src/transformers, tests into it
+#   make patches    regenerate patches/ from the commits in .fork/ (byte-stable)
+#   make check      patches apply, .fork/ == pristine + patches, ruff (upstream's settings) on touched files
+#   make rebase UPSTREAM=x.y.z [SHA256=...]   try the series on another release, report per patch
+#   make quality / make style   ruff check / ruff fix+format on touched files and the tooling
+
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+FORK := PYTHONPATH=utils $(PYTHON) -m forktool
+PYTEST_ARGS ?= -n 2
+
+.PHONY: install fork patches check rebase test test-compile quality style clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: setup.py pyproject.toml requirements-dev.txt patches/UPSTREAM patches/series $(wildcard patches/*.patch)
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -e .
+	touch $@
+
+fork:
+	$(FORK).materialize $(if $(FORCE),--force)
+
+patches:
+	$(FORK).export
+
+check: install
+	$(FORK).check
+
+rebase:
+	@test -n "$(UPSTREAM)" || { echo "usage: make rebase UPSTREAM=x.y.z [SHA256=...]"; exit 2; }
+	$(FORK).rebase $(UPSTREAM) $(if $(SHA256),--sha256 $(SHA256))
+
+# pytest's own exit status is the result: 5 (nothing collected) fails like any other non-zero status.
+test: install
+	$(MAKE) --no-print-directory check
+	$(VPY) -m pytest $(PYTEST_ARGS)
+
+test-compile: install
+	$(VPY) -m pytest $(PYTEST_ARGS) -m compile
+
+TOUCHED = $(shell git -C .fork diff --name-only --diff-filter=d upstream HEAD -- '*.py' 2>/dev/null)
+
+quality: install
+	$(VENV)/bin/ruff check setup.py utils $(TOUCHED)
+	$(VENV)/bin/ruff format --check setup.py utils $(TOUCHED)
+
+style: install
+	$(VENV)/bin/ruff check --fix setup.py utils $(TOUCHED)
+	$(VENV)/bin/ruff format setup.py utils $(TOUCHED)
+
+clean:
+	rm -rf .fork .fork.new .fork.old .fork-rebase src tests build $(VENV) .pytest_cache .hypothesis
