@@ -26,7 +26,7 @@ from .materialize import LINKS, build_tree
 
 
 # Fork files linted along with the ones the series touches.
-TOOLING = ["setup.py", "utils"]
+TOOLING = ["setup.py", "conftest.py", "utils"]
 
 
 def tree_listing(work: Path) -> dict[str, str]:
