@@ -50,12 +50,12 @@ test-compile: install
 TOUCHED = $(shell git -C .fork diff --name-only --diff-filter=d upstream HEAD -- '*.py' 2>/dev/null)
 
 quality: install
-	$(VENV)/bin/ruff check setup.py conftest.py utils $(TOUCHED)
-	$(VENV)/bin/ruff format --check setup.py conftest.py utils $(TOUCHED)
+	$(VENV)/bin/ruff check --no-cache setup.py conftest.py utils $(TOUCHED)
+	$(VENV)/bin/ruff format --no-cache --check setup.py conftest.py utils $(TOUCHED)
 
 style: install
-	$(VENV)/bin/ruff check --fix setup.py conftest.py utils $(TOUCHED)
-	$(VENV)/bin/ruff format setup.py conftest.py utils $(TOUCHED)
+	$(VENV)/bin/ruff check --no-cache --fix setup.py conftest.py utils $(TOUCHED)
+	$(VENV)/bin/ruff format --no-cache setup.py conftest.py utils $(TOUCHED)
 
 clean:
 	rm -rf .fork .fork.new .fork.old .fork-rebase src tests build $(VENV) .pytest_cache .hypothesis

@@ -124,7 +124,8 @@ def _check_ruff(root: Path, touched: list[str]) -> list[str]:
     ruff = find_ruff(root)
     paths = [p for p in [*touched, *TOOLING] if (root / p).exists()]
     problems = []
-    for args in (["check", "--no-fix"], ["format", "--check"]):
+    # No cache: what ruff resolves as first-party depends on files outside the ones checked
+    for args in (["check", "--no-fix", "--no-cache"], ["format", "--check", "--no-cache"]):
         cmd = [ruff, *args, "--config", str(root / "pyproject.toml"), *paths]
         result = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
         if result.returncode != 0:

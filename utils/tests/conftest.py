@@ -8,7 +8,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "utils"))
 
-from forktool.common import fetch_sdist, git, read_upstream  # noqa: E402
+from forktool.common import fetch_sdist, read_upstream  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -26,14 +26,3 @@ def fork_root(tmp_path, sdist) -> Path:
     (root / "patches" / "series").write_text("", encoding="utf-8")
     shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
     return root
-
-
-def commit_edit(work: Path, path: str, old: str, new: str, subject: str) -> None:
-    """Replace `old` by `new` in `path` of the work tree and commit it as one patch."""
-    file = work / path
-    text = file.read_text(encoding="utf-8")
-    assert old in text, f"{old!r} not in {path}"
-    file.write_text(text.replace(old, new, 1), encoding="utf-8")
-    git(
-        work, "commit", "--quiet", "--all", "--message", f"{subject}\n\nWhy and how, as upstream's PR template asks.\n"
-    )

@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO, commit_edit
 from forktool.check import check
 from forktool.common import ForkError, Upstream, fetch_sdist, git, read_series, read_upstream
 from forktool.export import export
@@ -15,7 +14,19 @@ from forktool.materialize import materialize
 from forktool.rebase import rebase
 
 
+REPO = Path(__file__).resolve().parents[2]
 CACHE_FILE = "src/transformers/cache_utils.py"
+
+
+def commit_edit(work: Path, path: str, old: str, new: str, subject: str) -> None:
+    """Replace `old` by `new` in `path` of the work tree and commit it as one patch."""
+    file = work / path
+    text = file.read_text(encoding="utf-8")
+    assert old in text, f"{old!r} not in {path}"
+    file.write_text(text.replace(old, new, 1), encoding="utf-8")
+    git(
+        work, "commit", "--quiet", "--all", "--message", f"{subject}\n\nWhy and how, as upstream's PR template asks.\n"
+    )
 
 
 def snapshot(tree: Path) -> dict[str, tuple[int, int]]:
