@@ -6,6 +6,7 @@ Fails when
 - the work tree `.fork` is not what pristine + patches build (its commits differ from the patches, it holds
   edits no patch holds, or `src/transformers` / `tests` are not links into it);
 - the ruff settings in `pyproject.toml` are not upstream's;
+- a `# Copied from` copy in, or of, a file the series touches is out of sync (see `copies.py`);
 - ruff, with upstream's settings, finds a problem in a Python file the series touches, or in the fork tooling.
 """
 
@@ -21,6 +22,7 @@ import tomllib
 from pathlib import Path
 
 from .common import ROOT, UPSTREAM_TAG, ForkError, fetch_sdist, git, log, main_wrapper, read_series, read_upstream
+from .copies import check_copies
 from .export import format_patches
 from .materialize import LINKS, build_tree
 
@@ -75,6 +77,7 @@ def check(root: Path = ROOT, work: Path | None = None) -> list[str]:
         touched = git(expected, "diff", "--name-only", "--diff-filter=d", UPSTREAM_TAG, "HEAD").stdout.split()
         problems += _check_work_tree(root, work, expected)
         problems += _check_ruff_settings(root, expected)
+        problems += _check_copies(expected, touched, Path(tmp) / "pristine")
         if not problems:
             problems += _check_ruff(root, [f for f in touched if f.endswith(".py")])
     return problems
@@ -110,6 +113,17 @@ def _check_work_tree(root: Path, work: Path, expected: Path) -> list[str]:
         if not link.is_symlink() or Path(os.path.realpath(link)) != (work / target_path).resolve():
             problems.append(f"{link_path} is not a link to {work.name}/{target_path}: run `make fork`")
     return problems
+
+
+def _check_copies(expected: Path, touched: list[str], pristine: Path) -> list[str]:
+    """`# Copied from` copies the series puts out of sync (differences upstream already has are not its doing)."""
+    pristine.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(expected), "archive", UPSTREAM_TAG, "src/transformers"], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(pristine)], input=archive.stdout, check=True)
+    before = set(check_copies(pristine, touched))
+    return [problem for problem in check_copies(expected, touched) if problem not in before]
 
 
 def _check_ruff_settings(root: Path, expected: Path) -> list[str]:

@@ -232,3 +232,24 @@ def test_installed_distribution_is_the_fork():
     upstream = read_upstream(REPO)
     assert version.startswith(f"{upstream.version}+fork.{len(read_series(REPO))}.g"), version
     assert Path(transformers.__file__).resolve() == (REPO / ".fork" / "src" / "transformers" / "__init__.py").resolve()
+
+
+def test_copies_check_catches_a_copy_left_behind(tmp_path):
+    from forktool.copies import check_copies
+
+    models = tmp_path / "src" / "transformers" / "models"
+    for name in ("a", "b"):
+        (models / name).mkdir(parents=True)
+    source = "class AMLP:\n    def forward(self, x):\n        # A\n        return x + 1\n"
+    (models / "a" / "modeling_a.py").write_text(source, encoding="utf-8")
+    copy = "# Copied from transformers.models.a.modeling_a.AMLP with A->B\n" + source.replace("A", "B") + "\n\nx = 1\n"
+    (models / "b" / "modeling_b.py").write_text(copy, encoding="utf-8")
+    touched = ["src/transformers/models/a/modeling_a.py"]
+    assert check_copies(tmp_path, touched) == []
+    (models / "a" / "modeling_a.py").write_text(source.replace("x + 1", "x + 2"), encoding="utf-8")
+    assert check_copies(tmp_path, touched) == [
+        "src/transformers/models/b/modeling_b.py:1: not in sync with transformers.models.a.modeling_a.AMLP with "
+        "A->B (apply the same change to the copy)"
+    ]
+    # and from the copy's side, when only the copy is touched
+    assert len(check_copies(tmp_path, ["src/transformers/models/b/modeling_b.py"])) == 1
