@@ -9,6 +9,7 @@
 #   make patches    regenerate patches/ from the commits in .fork/ (byte-stable)
 #   make check      patches apply, .fork/ == pristine + patches, ruff (upstream's settings) on touched files
 #   make rebase UPSTREAM=x.y.z [SHA256=...]   try the series on another release, report per patch
+#   make bisect     after patches 1..k, the tests of patches 1..k pass (each k, in a scratch tree)
 #   make quality / make style   ruff check / ruff fix+format on touched files and the tooling
 
 PYTHON ?= python3
@@ -17,7 +18,7 @@ VPY := $(VENV)/bin/python
 FORK := PYTHONPATH=utils $(PYTHON) -m forktool
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install fork patches check rebase test test-compile quality style clean
+.PHONY: install fork patches check rebase bisect test test-compile quality style clean
 
 install: $(VENV)/.installed
 
@@ -38,6 +39,9 @@ check: install
 rebase:
 	@test -n "$(UPSTREAM)" || { echo "usage: make rebase UPSTREAM=x.y.z [SHA256=...]"; exit 2; }
 	$(FORK).rebase $(UPSTREAM) $(if $(SHA256),--sha256 $(SHA256))
+
+bisect: install
+	PYTHONPATH=utils $(VPY) -m forktool.bisect -- $(PYTEST_ARGS)
 
 # pytest's own exit status is the result: 5 (nothing collected) fails like any other non-zero status.
 test: install
