@@ -1,0 +1,598 @@
+"""The benchmark's scenarios, run inside one side's process: `python -m bench.scenarios --side NAME --json PATH`.
+
+The driver (`python -m bench`) starts this module once per side and repetition, with the same interpreter and
+`PYTHONPATH` pointing at either the pristine upstream tree or the fork, so the same code measures both. Everything
+here uses public API only (plus torch's dynamo counters and logs); what a tree lacks is reported as "n/a".
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.utils._pytree as pytree
+from torch._dynamo.utils import counters
+
+import transformers
+from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers.cache_utils import Cache, DynamicCache, QuantizedLayer
+
+
+VOCAB_SIZE = 128
+PAD_TOKEN_ID = 0
+BATCH_SIZE = 2
+PROMPT_LENGTH = 8
+LEFT_PADDING = 3  # the first row of the batch is left padded by this many tokens
+NA = "n/a"
+
+# Scenario sizes: (quick, full)
+SIZES = {
+    "quick": {"new_tokens": 8, "repeats": 3, "limit_calls": 20, "recompile_steps": 6, "flush_steps": 8},
+    "full": {"new_tokens": 32, "repeats": 5, "limit_calls": 200, "recompile_steps": 16, "flush_steps": 12},
+}
+MODELS = {"quick": ["gpt2"], "full": ["gpt2", "llama"]}
+RECOMPILE_CONFIGS = ["static_cache", "dynamic_cache", "dynamic_cache_static_mask"]
+MASK_PATHS = [  # (attention, attn_implementation, reorder_and_upcast_attn)
+    ("self", "eager", False),
+    ("self", "eager", True),
+    ("self", "sdpa", False),
+    ("cross", "eager", False),
+    ("cross", "eager", True),
+    ("cross", "sdpa", False),
+]
+MASK_KINDS = ["bool", "additive", "static_length"]
+
+
+def first_line(exc: BaseException) -> str:
+    """`ExceptionType: first line of the message`, the way the matrices report a failure."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0].strip() if lines else ''}".rstrip(": ")
+
+
+def has_static_attention_mask() -> bool:
+    """Whether this tree's `GenerationConfig` knows `static_attention_mask` (patch 0003)."""
+    return hasattr(GenerationConfig(), "static_attention_mask")
+
+
+def tiny_model(name: str, device: str, attn_implementation: str = "sdpa", **kwargs):
+    """A 2-layer GPT2 or Llama with random weights (seeded), float32, in eval mode. No eos: generate runs to length."""
+    torch.manual_seed(0)
+    common = {"vocab_size": VOCAB_SIZE, "bos_token_id": 1, "eos_token_id": None, "pad_token_id": PAD_TOKEN_ID}
+    if name == "gpt2":
+        config = GPT2Config(n_positions=128, n_embd=32, n_layer=2, n_head=4, **common, **kwargs)
+        model_class = GPT2LMHeadModel
+    elif name == "llama":
+        config = LlamaConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=128,
+            **common,
+            **kwargs,
+        )
+        model_class = LlamaForCausalLM
+    else:
+        raise ValueError(f"unknown model {name!r}")
+    config._attn_implementation = attn_implementation
+    return model_class(config).to(device).eval()
+
+
+def prompt(device: str, length: int = PROMPT_LENGTH) -> tuple[torch.Tensor, torch.Tensor]:
+    """Batch 2, the first row left padded: token ids and their 2-D attention mask."""
+    generator = torch.Generator().manual_seed(1)
+    input_ids = torch.randint(3, VOCAB_SIZE, (BATCH_SIZE, length), generator=generator)
+    mask = torch.ones(BATCH_SIZE, length, dtype=torch.long)
+    mask[0, :LEFT_PADDING] = 0
+    return input_ids.masked_fill(mask == 0, PAD_TOKEN_ID).to(device), mask.to(device)
+
+
+def generation_config(new_tokens: int, static_cache: bool, static_attention_mask: bool | None = None):
+    """Greedy, exactly `new_tokens` tokens; generate's own compilation is off (the benchmark compiles the forward)."""
+    config = GenerationConfig(
+        max_new_tokens=new_tokens, do_sample=False, pad_token_id=PAD_TOKEN_ID, eos_token_id=None, disable_compile=True
+    )
+    if static_cache:
+        config.cache_implementation = "static"
+    if static_attention_mask is not None:
+        config.static_attention_mask = static_attention_mask
+    return config
+
+
+class TimedForward:
+    """Wraps a (compiled) forward: times each call, and records the attention mask's shape and address."""
+
+    def __init__(self, forward, synchronize: bool):
+        self.forward = forward
+        self.synchronize = synchronize
+        self.calls: list[tuple[float, float]] = []  # (start, duration) per call
+        self.mask_shapes: list[tuple[int, ...] | None] = []
+        self.mask_addresses: list[int | None] = []
+        self.last_call = None
+
+    def reset(self) -> None:
+        self.calls.clear()
+        self.mask_shapes.clear()
+        self.mask_addresses.clear()
+
+    def __call__(self, *args, **kwargs):
+        mask = kwargs.get("attention_mask")
+        is_tensor = isinstance(mask, torch.Tensor)
+        self.mask_shapes.append(tuple(mask.shape) if is_tensor else None)
+        self.mask_addresses.append(mask.data_ptr() if is_tensor else None)
+        self.last_call = (args, kwargs)
+        start = time.perf_counter()
+        output = self.forward(*args, **kwargs)
+        if self.synchronize:
+            torch.cuda.synchronize()
+        self.calls.append((start, time.perf_counter() - start))
+        return output
+
+
+class RecompileLog(logging.Handler):
+    """Collects dynamo's recompile messages (`torch._logging.set_logs(recompiles=True)`) while active."""
+
+    def __init__(self):
+        super().__init__(level=logging.DEBUG)
+        self.messages: list[str] = []
+
+    def __enter__(self):
+        torch._logging.set_logs(recompiles=True)
+        logging.getLogger("torch._dynamo").addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        logging.getLogger("torch._dynamo").removeHandler(self)
+        torch._logging.set_logs()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "Recompiling function" in message or "triggered by the following guard failure" in message:
+            self.messages.append(message)
+
+    def reasons(self, limit: int = 3) -> list[str]:
+        """The first guard failure of each recompile (distinct ones, at most `limit`)."""
+        found = []
+        for message in self.messages:
+            lines = [line.strip(" -") for line in message.splitlines() if "guard failure" not in line]
+            reason = next((line for line in lines[1:] if line), lines[0] if lines else "")
+            if reason not in found:
+                found.append(reason)
+        return found[:limit]
+
+    @property
+    def rank_mismatches(self) -> int:
+        return sum("rank mismatch" in message for message in self.messages)
+
+
+@contextlib.contextmanager
+def cudagraph_recordings(device: str):
+    """Counts CUDA-graph recordings of inductor's cudagraph trees (yields None off CUDA)."""
+    if device != "cuda":
+        yield None
+        return
+    from torch._inductor import cudagraph_trees
+
+    manager = cudagraph_trees.CUDAGraphTreeManager
+    original = manager.record_function
+    box = {"recordings": 0}
+
+    def counting(self, *args, **kwargs):
+        box["recordings"] += 1
+        return original(self, *args, **kwargs)
+
+    manager.record_function = counting
+    try:
+        yield box
+    finally:
+        manager.record_function = original
+
+
+def _median(values):
+    return statistics.median(values) if values else None
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+# ---- 1 and 3: decode loop and compile cost -------------------------------------------------------------------
+
+
+def decode(name: str, device: str, mode: str, sizes: dict) -> dict:
+    """`generate` with a static cache and `model.forward = torch.compile(model.forward)`; times inside and around it.
+
+    The first call is the compile cost (dynamo reset first, a fresh inductor cache per process); one more call warms
+    up, then `repeats` calls are timed. Per call: ms per new token, ms per token inside the compiled forward, the rest
+    (host), the prefill forward and the median decode forward, and the latency of each decode step (from the start
+    of one decode forward to the start of the next: the last one, which has no next, is not a step). Then the compiled forward alone, replayed on the last decode step's inputs: the limit.
+    """
+    new_tokens = sizes["new_tokens"]
+    torch._dynamo.reset()
+    counters.clear()
+    model = tiny_model(name, device)
+    input_ids, mask = prompt(device)
+    compiled = torch.compile(model.forward, mode=mode, dynamic=False)
+    timer = TimedForward(compiled, synchronize=device == "cuda")
+    model.forward = timer
+    config = generation_config(new_tokens, static_cache=True)
+
+    def run() -> float:
+        _sync(device)
+        start = time.perf_counter()
+        model.generate(input_ids, attention_mask=mask, generation_config=config)
+        _sync(device)
+        return time.perf_counter() - start
+
+    with cudagraph_recordings(device) as recordings:
+        first = run()
+        compile_cost = {
+            "first_generate_s": first,
+            "first_forward_s": timer.calls[0][1],
+            "graphs": counters["stats"]["unique_graphs"],
+        }
+        run()  # warm-up
+        runs = []
+        for _ in range(sizes["repeats"]):
+            timer.reset()
+            total = run()
+            inside = sum(duration for _, duration in timer.calls)
+            starts = [start for start, _ in timer.calls]
+            steps = [b - a for a, b in zip(starts[1:], starts[2:])]
+            runs.append(
+                {
+                    "ms_per_token": 1e3 * total / new_tokens,
+                    "forward_ms_per_token": 1e3 * inside / new_tokens,
+                    "host_ms_per_token": 1e3 * (total - inside) / new_tokens,
+                    "prefill_forward_ms": 1e3 * timer.calls[0][1],
+                    "decode_forward_ms": 1e3 * _median([duration for _, duration in timer.calls[1:]]),
+                    "step_ms": [1e3 * s for s in steps],
+                    "forward_calls": len(timer.calls),
+                }
+            )
+        # The static cache writes at its own running position: reset it (in place, outside the timing) before each
+        # replay, so that every replay writes at a valid position with the same shapes and addresses.
+        args, kwargs = timer.last_call
+        cache = kwargs["past_key_values"]
+        limit = []
+        with torch.no_grad():
+            for _ in range(3):
+                cache.reset()
+                compiled(*args, **kwargs)
+            for _ in range(sizes["limit_calls"]):
+                cache.reset()
+                _sync(device)
+                start = time.perf_counter()
+                compiled(*args, **kwargs)
+                _sync(device)
+                limit.append(time.perf_counter() - start)
+    median_run = sorted(runs, key=lambda r: r["ms_per_token"])[len(runs) // 2]
+    result = {
+        key: _median([r[key] for r in runs])
+        for key in (
+            "ms_per_token",
+            "forward_ms_per_token",
+            "host_ms_per_token",
+            "prefill_forward_ms",
+            "decode_forward_ms",
+        )
+    }
+    result.update(
+        forward_alone_ms=1e3 * _median(limit),
+        step_ms=median_run["step_ms"],
+        forward_calls=median_run["forward_calls"],
+        decode_mask_shapes=len(set(timer.mask_shapes[1:])),
+        decode_mask_addresses=len(set(timer.mask_addresses[1:])),
+        cudagraph_recordings=recordings["recordings"] if recordings is not None else None,
+    )
+    return {"decode": result, "compile_cost": compile_cost}
+
+
+# ---- 2: recompiles, graphs and graph breaks ------------------------------------------------------------------
+
+
+def recompiles(name: str, device: str, config_name: str, steps: int) -> dict:
+    """Graphs, recompiles and graph breaks of a forward compiled with a counting backend over a whole `generate`."""
+    static_cache = config_name == "static_cache"
+    static_attention_mask = True if config_name == "dynamic_cache_static_mask" else None
+    if static_attention_mask and not has_static_attention_mask():
+        return {"status": NA}
+    torch._dynamo.reset()
+    counters.clear()
+    model = tiny_model(name, device)
+    input_ids, mask = prompt(device)
+    compile_calls: list[int] = []  # the forward call during which each graph was compiled (0 = prefill)
+    ops: list[int] = []
+
+    def counting_backend(gm, example_inputs):
+        compile_calls.append(len(timer.calls))
+        ops.append(sum(node.op == "call_function" for node in gm.graph.nodes))
+        return gm.forward
+
+    timer = TimedForward(torch.compile(model.forward, backend=counting_backend, dynamic=not static_cache), False)
+    model.forward = timer
+    try:
+        config = generation_config(steps, static_cache, static_attention_mask)
+        with RecompileLog() as log:
+            model.generate(input_ids, attention_mask=mask, generation_config=config)
+    except Exception as e:  # reported, e.g. the ValueError of a model without static-length masks
+        return {"status": first_line(e)}
+    return {
+        "status": "ok",
+        "decode_steps": len(timer.calls) - 1,
+        "graphs": len(compile_calls),
+        "graphs_after_first_decode_step": sum(call >= 2 for call in compile_calls),
+        "graph_breaks": sum(counters["graph_break"].values()),
+        "recompiles": len(log.messages),
+        "recompile_reasons": log.reasons(),
+        "ops_per_graph": ops,
+        "decode_mask_shapes": len(set(timer.mask_shapes[1:])),
+        "decode_mask_addresses": len(set(timer.mask_addresses[1:])),
+    }
+
+
+# ---- 4: tracing matrix from an empty cache -------------------------------------------------------------------
+
+
+class CopyQuantizedLayer(QuantizedLayer):
+    """A pure-torch quantized layer whose "quantization" is a copy: it exercises the residual window and flushes."""
+
+    def _quantize(self, tensor, axis):
+        return tensor.clone()
+
+    def _dequantize(self, q_tensor):
+        return q_tensor
+
+
+def _rank1_empties(values) -> int:
+    """How many of the tensors in `values` (any nesting) are the legacy 1-D empty placeholder `f32[0]`."""
+    leaves = pytree.tree_leaves(list(values))
+    return sum(isinstance(t, torch.Tensor) and t.dim() == 1 and t.numel() == 0 for t in leaves)
+
+
+def _traced(case):
+    """Run one tracing case: `{"status": "ok", ...measures}` or `{"status": <the error's first line>}`."""
+    try:
+        return {"status": "ok", **case()}
+    except Exception as e:
+        return {"status": first_line(e)}
+
+
+def tracing(device: str, flush_steps: int) -> dict:
+    model = tiny_model("gpt2", device)
+    config = model.config
+    input_ids = torch.randint(3, VOCAB_SIZE, (BATCH_SIZE, 5), generator=torch.Generator().manual_seed(2)).to(device)
+    head_dim = config.n_embd // config.n_head
+
+    def with_new_cache(ids):
+        return model(ids, past_key_values=DynamicCache(config=config), use_cache=True).logits
+
+    def compile_fullgraph_early_cache():
+        inputs = []
+
+        def recording_backend(gm, example_inputs):
+            inputs.extend(example_inputs)
+            return gm.forward
+
+        torch._dynamo.reset()
+        cache = DynamicCache(config=config)
+        cache.early_initialization(BATCH_SIZE, config.n_head, head_dim, torch.float32, device)
+
+        def forward(ids, cache):
+            return model(ids, past_key_values=cache, use_cache=True).logits
+
+        with torch.no_grad():
+            torch.compile(forward, backend=recording_backend, fullgraph=True)(input_ids, cache)
+        return {"rank1_empty_graph_inputs": _rank1_empties(inputs)}
+
+    class WithCacheInside(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids):
+            return with_new_cache(input_ids)
+
+    def export(strict: bool):
+        def case():
+            seq = torch.export.Dim("seq", min=2, max=32)
+            program = torch.export.export(
+                WithCacheInside(), (input_ids,), dynamic_shapes={"input_ids": {1: seq}}, strict=strict
+            )
+            return {"rank1_empty_constants": _rank1_empties(program.constants.values())}
+
+        return case
+
+    def aot_export_joint_simple():
+        from torch._functorch.aot_autograd import aot_export_joint_simple as export_joint
+
+        graphs = []
+
+        def exporting_backend(gm, example_inputs):
+            graphs.append(export_joint(gm, example_inputs, trace_joint=False))
+            return gm.forward
+
+        torch._dynamo.reset()
+        with torch.no_grad():
+            torch.compile(with_new_cache, backend=exporting_backend, fullgraph=True)(input_ids)
+        constants = [getattr(g, n.target) for g in graphs for n in g.graph.nodes if n.op == "get_attr"]
+        return {"graphs": len(graphs), "rank1_empty_constants": _rank1_empties(constants)}
+
+    def quantized_across_flushes():
+        graphs = []
+
+        def counting_backend(gm, example_inputs):
+            graphs.append(gm)
+            return gm.forward
+
+        torch._dynamo.reset()
+        cache = Cache(layers=[CopyQuantizedLayer(residual_length=2) for _ in range(config.n_layer)])
+
+        def step(ids, cache):
+            return model(ids, past_key_values=cache, use_cache=True).logits
+
+        compiled = torch.compile(step, backend=counting_backend, fullgraph=True)
+        flushes = 0
+        with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=64), RecompileLog() as log:
+            next_ids = step(input_ids, cache)[:, -1:].argmax(-1)
+            for _ in range(flush_steps):
+                next_ids = compiled(next_ids, cache)[:, -1:].argmax(-1)
+                flushes += cache.layers[0].keys.numel() == 0
+        return {
+            "decode_steps": flush_steps,
+            "flushes": flushes,
+            "graphs": len(graphs),
+            "recompiles": len(log.messages),
+            "rank_mismatch_recompiles": log.rank_mismatches,
+        }
+
+    cases = {
+        "compile_fullgraph_early_cache": compile_fullgraph_early_cache,
+        "export_strict": export(True),
+        "export_non_strict": export(False),
+        "aot_export_joint_simple": aot_export_joint_simple,
+        "quantized_across_flushes": quantized_across_flushes,
+    }
+    with torch.no_grad():
+        return {name: _traced(case) for name, case in cases.items()}
+
+
+# ---- 5: GPT2 mask matrix -------------------------------------------------------------------------------------
+
+
+def _as_kind(mask: torch.Tensor, kind: str) -> torch.Tensor:
+    """A boolean mask (True = attend) as is, or additive (0 = attend, float32 min = masked)."""
+    if kind == "bool":
+        return mask
+    return torch.zeros(mask.shape, device=mask.device).masked_fill(~mask, torch.finfo(torch.float32).min)
+
+
+def _max_delta(actual: torch.Tensor, expected: torch.Tensor, rows: torch.Tensor) -> float | str:
+    delta = (actual[rows] - expected[rows]).abs().max().item()
+    return delta if delta == delta else "nan"
+
+
+def mask_matrix(device: str) -> dict:
+    """max |Δ logits| of 4-D masks (bool, additive, longer than the keys) against the 2-D mask, per attention path.
+
+    Self-attention: the decoder's mask is 4-D (causal and padding). Cross-attention: the encoder mask is 4-D, the
+    decoder's stays 2-D. Compared on the query rows of real (not padding) tokens; no cache.
+    """
+    input_ids, mask_2d = prompt(device)
+    query_length = input_ids.shape[1]
+    rows = mask_2d.bool()
+    positions = torch.arange(query_length, device=device)
+    encoder_length = 5
+    encoder_states = torch.randn(BATCH_SIZE, encoder_length, 32, generator=torch.Generator().manual_seed(3))
+    encoder_states = encoder_states.to(device)
+    encoder_mask = torch.ones(BATCH_SIZE, encoder_length, dtype=torch.long, device=device)
+    encoder_mask[0, :2] = 0
+    matrix = {}
+    with torch.no_grad():
+        for attention, implementation, upcast in MASK_PATHS:
+            name = f"{attention}/{implementation}{'+reorder_and_upcast_attn' if upcast else ''}"
+            cross = attention == "cross"
+            model = tiny_model(
+                "gpt2", device, implementation, reorder_and_upcast_attn=upcast, add_cross_attention=cross
+            )
+            extra = {"encoder_hidden_states": encoder_states} if cross else {}
+            if cross:
+                expected = model(input_ids, attention_mask=mask_2d, encoder_attention_mask=encoder_mask, **extra)
+            else:
+                expected = model(input_ids, attention_mask=mask_2d)
+            matrix[name] = {}
+            for kind in MASK_KINDS:
+                if cross:
+                    key_length = encoder_length + (2 if kind == "static_length" else 0)
+                    padding = torch.zeros(BATCH_SIZE, key_length, dtype=torch.bool, device=device)
+                    padding[:, :encoder_length] = encoder_mask.bool()
+                    mask_4d = padding[:, None, None, :].expand(BATCH_SIZE, 1, query_length, key_length)
+                    kwargs = {"attention_mask": mask_2d, "encoder_attention_mask": _as_kind(mask_4d, kind)}
+                else:
+                    key_length = query_length + (4 if kind == "static_length" else 0)
+                    padding = torch.zeros(BATCH_SIZE, key_length, dtype=torch.bool, device=device)
+                    padding[:, :query_length] = mask_2d.bool()
+                    causal = torch.arange(key_length, device=device)[None, :] <= positions[:, None]
+                    mask_4d = causal[None, None] & padding[:, None, None, :]
+                    kwargs = {"attention_mask": _as_kind(mask_4d, kind)}
+                try:
+                    actual = model(input_ids, **kwargs, **extra)
+                    matrix[name][kind] = _max_delta(actual.logits, expected.logits, rows)
+                except Exception as e:
+                    matrix[name][kind] = first_line(e)
+    return matrix
+
+
+# ---- the side's process --------------------------------------------------------------------------------------
+
+
+def run_side(side: str, quick: bool, device: str, only: list[str] | None = None) -> dict:
+    size = "quick" if quick else "full"
+    sizes = SIZES[size]
+    mode = "reduce-overhead" if device == "cuda" else "default"
+    selected = only or ["decode", "recompiles", "tracing", "mask_matrix"]
+    started = time.perf_counter()
+    result = {
+        "side": side,
+        "transformers_file": transformers.__file__,
+        "transformers_version": transformers.__version__,
+        "torch_version": torch.__version__,
+        "python": platform.python_version(),
+        "device": device,
+        "compile_mode": mode,
+        "quick": quick,
+        "static_attention_mask_available": has_static_attention_mask(),
+        "inductor_cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
+        "scenarios": {},
+    }
+    scenarios = result["scenarios"]
+    if "decode" in selected:
+        scenarios["decode"], scenarios["compile_cost"] = {}, {}
+        for name in MODELS[size]:
+            measured = decode(name, device, mode, sizes)
+            scenarios["decode"][name] = measured["decode"]
+            scenarios["compile_cost"][name] = measured["compile_cost"]
+    if "recompiles" in selected:
+        scenarios["recompiles"] = {
+            name: {config: recompiles(name, device, config, sizes["recompile_steps"]) for config in RECOMPILE_CONFIGS}
+            for name in MODELS[size]
+        }
+    if "tracing" in selected:
+        scenarios["tracing"] = tracing(device, sizes["flush_steps"])
+    if "mask_matrix" in selected:
+        scenarios["mask_matrix"] = mask_matrix(device)
+    result["wall_s"] = time.perf_counter() - started
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.scenarios", description=__doc__.splitlines()[0])
+    parser.add_argument("--side", required=True, help="the tree's name in the report (upstream or fork)")
+    parser.add_argument("--json", required=True, type=Path, help="where to write this side's results")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--only", default=None, help="comma-separated scenarios (default: all)")
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("bench: --device cuda, but torch.cuda.is_available() is False", file=sys.stderr)
+        return 2
+    print(f"[bench:{args.side}] transformers from {transformers.__file__}", flush=True)
+    only = args.only.split(",") if args.only else None
+    result = run_side(args.side, args.quick, args.device, only)
+    args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
