@@ -3,6 +3,8 @@
 #   make install    .venv with the fork installed editable, torch==2.13.0 (CPU) and the dev tools
 #   make test       installs when needed, runs `make check`, then every test (pytest -n 2)
 #   make test-compile   only the tests marked `compile`
+#   make bench      the fork against pristine upstream side by side (table, JSON, plot; utils/bench/README.md)
+#   make bench-quick    the same, smaller (BENCH_ARGS adds options, e.g. BENCH_ARGS="--device cuda")
 #
 # Patch queue (the work tree .fork/ is a git repository: `upstream` tag, then one commit per patch):
 #   make fork       build .fork/ from the pinned sdist + patches/ and link src/transformers, tests into it
@@ -18,7 +20,7 @@ VPY := $(VENV)/bin/python
 FORK := PYTHONPATH=utils $(PYTHON) -m forktool
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install fork patches check rebase bisect test test-compile quality style clean
+.PHONY: install fork patches check rebase bisect test test-compile bench bench-quick quality style clean
 
 install: $(VENV)/.installed
 
@@ -51,6 +53,12 @@ test: install
 test-compile: install
 	$(VPY) -m pytest $(PYTEST_ARGS) -m compile
 
+bench: install
+	PYTHONPATH=utils $(VPY) -m bench $(BENCH_ARGS)
+
+bench-quick: install
+	PYTHONPATH=utils $(VPY) -m bench --quick $(BENCH_ARGS)
+
 TOUCHED = $(shell git -C .fork diff --name-only --diff-filter=d upstream HEAD -- '*.py' 2>/dev/null)
 
 quality: install
@@ -62,4 +70,4 @@ style: install
 	$(VENV)/bin/ruff format --no-cache setup.py conftest.py utils $(TOUCHED)
 
 clean:
-	rm -rf .fork .fork.new .fork.old .fork-rebase src tests build $(VENV) .pytest_cache .hypothesis
+	rm -rf .fork .fork.new .fork.old .fork-rebase .bench src tests build $(VENV) .pytest_cache .hypothesis
