@@ -67,6 +67,8 @@ def side_command(side: str, src: Path, json_path: Path, args: argparse.Namespace
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(src), str(ROOT / "utils")])
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Compile in the side's process: no pool of inductor workers left competing with the timed calls for the cores.
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     return command, env
 
 
