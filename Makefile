@@ -1,9 +1,9 @@
-# The map of the fork. Two commands on a fresh machine: `make install`, `make test`.
+# The map of the fork. Two commands on a fresh machine: `make bench` (the main job) and `make test`; both install first.
 #
 #   make install    .venv with the fork installed editable, torch==2.13.0 (CPU) and the dev tools
 #   make test       installs when needed, runs `make check`, then every test (pytest -n 2)
 #   make test-compile   only the tests marked `compile`
-#   make bench      the fork against pristine upstream side by side (table, JSON, plot; utils/bench/README.md)
+#   make bench      the main job: the fork against pristine upstream side by side (table, JSON, plot; utils/bench/README.md)
 #   make bench-quick    the same, smaller (BENCH_ARGS adds options, e.g. BENCH_ARGS="--device cuda")
 #
 # Patch queue (the work tree .fork/ is a git repository: `upstream` tag, then one commit per patch):
