@@ -375,8 +375,11 @@ def tracing(device: str, flush_steps: int) -> dict:
     input_ids = torch.randint(3, VOCAB_SIZE, (BATCH_SIZE, 5), generator=torch.Generator().manual_seed(2)).to(device)
     head_dim = config.n_embd // config.n_head
 
+    def step(ids, cache):
+        return model(ids, past_key_values=cache, use_cache=True).logits
+
     def with_new_cache(ids):
-        return model(ids, past_key_values=DynamicCache(config=config), use_cache=True).logits
+        return step(ids, DynamicCache(config=config))
 
     def compile_fullgraph_early_cache():
         inputs = []
@@ -388,12 +391,8 @@ def tracing(device: str, flush_steps: int) -> dict:
         torch._dynamo.reset()
         cache = DynamicCache(config=config)
         cache.early_initialization(BATCH_SIZE, config.n_head, head_dim, torch.float32, device)
-
-        def forward(ids, cache):
-            return model(ids, past_key_values=cache, use_cache=True).logits
-
         with torch.no_grad():
-            torch.compile(forward, backend=recording_backend, fullgraph=True)(input_ids, cache)
+            torch.compile(step, backend=recording_backend, fullgraph=True)(input_ids, cache)
         return {"rank1_empty_graph_inputs": _rank1_empties(inputs)}
 
     class WithCacheInside(torch.nn.Module):
@@ -438,10 +437,6 @@ def tracing(device: str, flush_steps: int) -> dict:
 
         torch._dynamo.reset()
         cache = Cache(layers=[CopyQuantizedLayer(residual_length=2) for _ in range(config.n_layer)])
-
-        def step(ids, cache):
-            return model(ids, past_key_values=cache, use_cache=True).logits
-
         compiled = torch.compile(step, backend=counting_backend, fullgraph=True)
         flushes = 0
         with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=64), RecompileLog() as log:
