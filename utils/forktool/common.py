@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -121,7 +122,9 @@ def fetch_sdist(upstream: Upstream, cache: Path | None = None) -> Path:
         log(f"fetching {upstream.name} {upstream.version} (sdist) with pip")
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:
-            raise ForkError(f"`pip download` of {upstream.name}=={upstream.version} failed:\n{result.stderr.strip()}")
+            raise ForkError(
+                f"`pip download` of {upstream.name}=={upstream.version} failed: {pip_error_summary(result.stderr)}"
+            )
         downloaded = Path(tmp) / upstream.sdist_name
         if not downloaded.exists():
             found = ", ".join(p.name for p in Path(tmp).iterdir()) or "nothing"
@@ -129,6 +132,19 @@ def fetch_sdist(upstream: Upstream, cache: Path | None = None) -> Path:
         _verify(downloaded, upstream)
         os.replace(downloaded, target)
     return target
+
+
+def pip_error_summary(stderr: str, limit: int = 300) -> str:
+    """pip's error as one short line: its `ERROR:` line, with the list of available versions cut to its last ones."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    error = next((line for line in lines if line.startswith("ERROR:")), lines[-1] if lines else "no output")
+    error = error.removeprefix("ERROR:").strip()
+    match = re.search(r"\(from versions: ([^)]*)\)", error)
+    if match:
+        versions = [v.strip() for v in match.group(1).split(",") if v.strip()]
+        shown = f"{len(versions)} versions, the latest {', '.join(versions[-3:])}" if versions else "no versions"
+        error = error[: match.start()] + f"({shown})" + error[match.end() :]
+    return error if len(error) <= limit else error[: limit - 3] + "..."
 
 
 def _verify(path: Path, upstream: Upstream) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from forktool.check import check
-from forktool.common import ForkError, Upstream, fetch_sdist, git, read_series, read_upstream
+from forktool.common import ForkError, Upstream, fetch_sdist, git, pip_error_summary, read_series, read_upstream
 from forktool.export import export
 from forktool.materialize import materialize
 from forktool.rebase import rebase
@@ -253,3 +253,17 @@ def test_copies_check_catches_a_copy_left_behind(tmp_path):
     ]
     # and from the copy's side, when only the copy is touched
     assert len(check_copies(tmp_path, ["src/transformers/models/b/modeling_b.py"])) == 1
+
+
+def test_pip_error_is_one_short_line():
+    versions = ", ".join(f"4.{minor}.0" for minor in range(300))
+    stderr = (
+        f"ERROR: Could not find a version that satisfies the requirement transformers==9.9.9 (from versions: {versions})\n"
+        "ERROR: No matching distribution found for transformers==9.9.9\n"
+    )
+    summary = pip_error_summary(stderr)
+    assert "\n" not in summary and len(summary) <= 300
+    assert summary == (
+        "Could not find a version that satisfies the requirement transformers==9.9.9 "
+        "(300 versions, the latest 4.297.0, 4.298.0, 4.299.0)"
+    )
