@@ -26,7 +26,7 @@ from . import report
 from .trees import fork_tree, pristine_tree
 
 
-SCENARIOS = ("decode", "recompiles", "tracing", "mask_matrix")
+SCENARIOS = ("decode", "calls", "recompiles", "tracing", "mask_matrix")  # as bench.scenarios.SCENARIOS
 
 
 class BenchError(Exception):
@@ -36,7 +36,7 @@ class BenchError(Exception):
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller scenarios, GPT2 only, one run per tree")
-    parser.add_argument("--reps", type=int, default=None, help="runs per tree (default: 3, or 1 with --quick)")
+    parser.add_argument("--reps", type=int, default=None, help="runs per tree (default: 5, or 1 with --quick)")
     parser.add_argument(
         "--device", default="cpu", choices=["cpu", "cuda"], help='cuda: compile with mode="reduce-overhead"'
     )
@@ -46,7 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     if args.reps is None:
-        args.reps = 1 if args.quick else 3
+        args.reps = 1 if args.quick else 5
     if args.reps < 1:
         parser.error("--reps must be at least 1")
     if args.only:

@@ -16,6 +16,7 @@ import platform
 import statistics
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -36,11 +37,12 @@ NA = "n/a"
 
 # Scenario sizes: (quick, full)
 SIZES = {
-    "quick": {"new_tokens": 8, "repeats": 3, "limit_calls": 20, "recompile_steps": 6, "flush_steps": 8},
-    "full": {"new_tokens": 32, "repeats": 5, "limit_calls": 200, "recompile_steps": 16, "flush_steps": 12},
+    "quick": {"new_tokens": 8, "repeats": 3, "limit_calls": 20, "recompile_steps": 6, "flush_steps": 8, "calls": 3},
+    "full": {"new_tokens": 32, "repeats": 5, "limit_calls": 200, "recompile_steps": 16, "flush_steps": 12, "calls": 5},
 }
+SCENARIOS = ["decode", "calls", "recompiles", "tracing", "mask_matrix"]
 MODELS = {"quick": ["gpt2"], "full": ["gpt2", "llama"]}
-RECOMPILE_CONFIGS = ["static_cache", "dynamic_cache", "dynamic_cache_static_mask"]
+RECOMPILE_CONFIGS = ["static_cache", "dynamic_cache"]
 MASK_PATHS = [  # (attention, attn_implementation, reorder_and_upcast_attn)
     ("self", "eager", False),
     ("self", "eager", True),
@@ -50,12 +52,29 @@ MASK_PATHS = [  # (attention, attn_implementation, reorder_and_upcast_attn)
     ("cross", "sdpa", False),
 ]
 MASK_KINDS = ["bool", "additive", "static_length"]
+TRACING_CASES = [
+    "compile_fullgraph_early_cache",
+    "export_strict",
+    "export_non_strict",
+    "aot_export_joint_simple",
+    "quantized_across_flushes",
+]
 
 
 def first_line(exc: BaseException) -> str:
     """`ExceptionType: first line of the message`, the way the matrices report a failure."""
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0].strip() if lines else ''}".rstrip(": ")
+
+
+def guarded(measure, *args) -> dict:
+    """`measure(*args)`, or `{"status": <the error's first line>}` when it raises (the traceback goes to the log):
+    a failing scenario is reported, and never ends the side's process."""
+    try:
+        return measure(*args)
+    except Exception as e:
+        traceback.print_exc()
+        return {"status": first_line(e)}
 
 
 def has_static_attention_mask() -> bool:
@@ -97,15 +116,14 @@ def prompt(device: str, length: int = PROMPT_LENGTH) -> tuple[torch.Tensor, torc
     return input_ids.masked_fill(mask == 0, PAD_TOKEN_ID).to(device), mask.to(device)
 
 
-def generation_config(new_tokens: int, static_cache: bool, static_attention_mask: bool | None = None):
-    """Greedy, exactly `new_tokens` tokens; generate's own compilation is off (the benchmark compiles the forward)."""
-    config = GenerationConfig(
-        max_new_tokens=new_tokens, do_sample=False, pad_token_id=PAD_TOKEN_ID, eos_token_id=None, disable_compile=True
-    )
+def generation_config(new_tokens: int, static_cache: bool, generate_compiles: bool = False):
+    """Greedy, exactly `new_tokens` tokens; generate's own compilation is off (the benchmark compiles the forward)
+    unless `generate_compiles` (then `disable_compile` is left unset: generate decides, as for a user)."""
+    config = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, pad_token_id=PAD_TOKEN_ID, eos_token_id=None)
+    if not generate_compiles:
+        config.disable_compile = True
     if static_cache:
         config.cache_implementation = "static"
-    if static_attention_mask is not None:
-        config.static_attention_mask = static_attention_mask
     return config
 
 
@@ -296,7 +314,55 @@ def decode(name: str, device: str, mode: str, sizes: dict) -> dict:
         decode_mask_addresses=len(set(timer.mask_addresses[1:])),
         cudagraph_recordings=recordings["recordings"] if recordings is not None else None,
     )
-    return {"decode": result, "compile_cost": compile_cost}
+    return {"decode": {"status": "ok", **result}, "compile_cost": {"status": "ok", **compile_cost}}
+
+
+# ---- 6: consecutive generate calls -----------------------------------------------------------------------------
+
+
+def timed_calls(model, device: str, config: GenerationConfig, n_calls: int) -> dict:
+    """`n_calls` consecutive `generate` calls of the same shape, right after `torch._dynamo.reset()` (the first one
+    compiles): the wall time of each (ms) and, on CUDA, the CUDA-graph recordings during each."""
+    input_ids, mask = prompt(device)
+    torch._dynamo.reset()
+    call_ms, recorded = [], []
+    with cudagraph_recordings(device) as recordings:
+        for _ in range(n_calls):
+            before = recordings["recordings"] if recordings is not None else 0
+            _sync(device)
+            start = time.perf_counter()
+            model.generate(input_ids, attention_mask=mask, generation_config=config)
+            _sync(device)
+            call_ms.append(1e3 * (time.perf_counter() - start))
+            recorded.append(recordings["recordings"] - before if recordings is not None else None)
+    return {"status": "ok", "call_ms": call_ms, "cudagraph_recordings": recorded if recordings is not None else None}
+
+
+def calls(name: str, device: str, mode: str, sizes: dict) -> dict:
+    """Per call of `sizes["calls"]` consecutive `generate` calls (static cache): time and CUDA-graph recordings.
+
+    The forward compiled by the benchmark: on CPU as in scenario 1 (`dynamic=False`, generate's compilation off); on
+    CUDA the documented recipe, `torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)`. On CUDA also
+    `generate_compile`: the user-facing path, `generate` compiling its decoding step itself (nothing passed but the
+    static cache); generate compiles only on CUDA-like devices, so it is None on CPU.
+    """
+    config = generation_config(sizes["new_tokens"], static_cache=True)
+
+    def compiled_forward():
+        model = tiny_model(name, device)
+        if device == "cuda":
+            model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+        else:
+            model.forward = torch.compile(model.forward, mode=mode, dynamic=False)
+        return timed_calls(model, device, config, sizes["calls"])
+
+    def generate_compile():
+        user_config = generation_config(sizes["new_tokens"], static_cache=True, generate_compiles=True)
+        return timed_calls(tiny_model(name, device), device, user_config, sizes["calls"])
+
+    result = guarded(compiled_forward)
+    result["generate_compile"] = guarded(generate_compile) if device == "cuda" else None
+    return result
 
 
 # ---- 2: recompiles, graphs and graph breaks ------------------------------------------------------------------
@@ -305,9 +371,6 @@ def decode(name: str, device: str, mode: str, sizes: dict) -> dict:
 def recompiles(name: str, device: str, config_name: str, steps: int) -> dict:
     """Graphs, recompiles and graph breaks of a forward compiled with a counting backend over a whole `generate`."""
     static_cache = config_name == "static_cache"
-    static_attention_mask = True if config_name == "dynamic_cache_static_mask" else None
-    if static_attention_mask and not has_static_attention_mask():
-        return {"status": NA}
     torch._dynamo.reset()
     counters.clear()
     model = tiny_model(name, device)
@@ -323,10 +386,10 @@ def recompiles(name: str, device: str, config_name: str, steps: int) -> dict:
     timer = TimedForward(torch.compile(model.forward, backend=counting_backend, dynamic=not static_cache), False)
     model.forward = timer
     try:
-        config = generation_config(steps, static_cache, static_attention_mask)
+        config = generation_config(steps, static_cache)
         with RecompileLog() as log:
             model.generate(input_ids, attention_mask=mask, generation_config=config)
-    except Exception as e:  # reported, e.g. the ValueError of a model without static-length masks
+    except Exception as e:  # reported as the side's result
         return {"status": first_line(e)}
     return {
         "status": "ok",
@@ -478,11 +541,16 @@ def _max_delta(actual: torch.Tensor, expected: torch.Tensor, rows: torch.Tensor)
     return delta if delta == delta else "nan"
 
 
+def _path_name(attention: str, implementation: str, upcast: bool) -> str:
+    return f"{attention}/{implementation}{'+reorder_and_upcast_attn' if upcast else ''}"
+
+
 def mask_matrix(device: str) -> dict:
     """max |Δ logits| of 4-D masks (bool, additive, longer than the keys) against the 2-D mask, per attention path.
 
     Self-attention: the decoder's mask is 4-D (causal and padding). Cross-attention: the encoder mask is 4-D, the
-    decoder's stays 2-D. Compared on the query rows of real (not padding) tokens; no cache.
+    decoder's stays 2-D. Compared on the query rows of real (not padding) tokens, with a fresh `DynamicCache` (the
+    mask utilities know the key length from the cache or the encoder states).
     """
     input_ids, mask_2d = prompt(device)
     query_length = input_ids.shape[1]
@@ -496,7 +564,7 @@ def mask_matrix(device: str) -> dict:
     matrix = {}
     with torch.no_grad():
         for attention, implementation, upcast in MASK_PATHS:
-            name = f"{attention}/{implementation}{'+reorder_and_upcast_attn' if upcast else ''}"
+            name = _path_name(attention, implementation, upcast)
             cross = attention == "cross"
             model = tiny_model(
                 "gpt2", device, implementation, reorder_and_upcast_attn=upcast, add_cross_attention=cross
@@ -505,7 +573,7 @@ def mask_matrix(device: str) -> dict:
             if cross:
                 expected = model(input_ids, attention_mask=mask_2d, encoder_attention_mask=encoder_mask, **extra)
             else:
-                expected = model(input_ids, attention_mask=mask_2d)
+                expected = model(input_ids, attention_mask=mask_2d, past_key_values=DynamicCache(config=model.config))
             matrix[name] = {}
             for kind in MASK_KINDS:
                 if cross:
@@ -520,7 +588,10 @@ def mask_matrix(device: str) -> dict:
                     padding[:, :query_length] = mask_2d.bool()
                     causal = torch.arange(key_length, device=device)[None, :] <= positions[:, None]
                     mask_4d = causal[None, None] & padding[:, None, None, :]
-                    kwargs = {"attention_mask": _as_kind(mask_4d, kind)}
+                    kwargs = {
+                        "attention_mask": _as_kind(mask_4d, kind),
+                        "past_key_values": DynamicCache(config=model.config),
+                    }
                 try:
                     actual = model(input_ids, **kwargs, **extra)
                     matrix[name][kind] = _max_delta(actual.logits, expected.logits, rows)
@@ -536,7 +607,7 @@ def run_side(side: str, quick: bool, device: str, only: list[str] | None = None)
     size = "quick" if quick else "full"
     sizes = SIZES[size]
     mode = "reduce-overhead" if device == "cuda" else "default"
-    selected = only or ["decode", "recompiles", "tracing", "mask_matrix"]
+    selected = only or SCENARIOS
     started = time.perf_counter()
     result = {
         "side": side,
@@ -555,18 +626,27 @@ def run_side(side: str, quick: bool, device: str, only: list[str] | None = None)
     if "decode" in selected:
         scenarios["decode"], scenarios["compile_cost"] = {}, {}
         for name in MODELS[size]:
-            measured = decode(name, device, mode, sizes)
-            scenarios["decode"][name] = measured["decode"]
-            scenarios["compile_cost"][name] = measured["compile_cost"]
+            measured = guarded(decode, name, device, mode, sizes)
+            scenarios["decode"][name] = measured.get("decode", measured)
+            scenarios["compile_cost"][name] = measured.get("compile_cost", measured)
+    if "calls" in selected:
+        scenarios["calls"] = {name: guarded(calls, name, device, mode, sizes) for name in MODELS[size]}
     if "recompiles" in selected:
         scenarios["recompiles"] = {
-            name: {config: recompiles(name, device, config, sizes["recompile_steps"]) for config in RECOMPILE_CONFIGS}
+            name: {
+                config: guarded(recompiles, name, device, config, sizes["recompile_steps"])
+                for config in RECOMPILE_CONFIGS
+            }
             for name in MODELS[size]
         }
     if "tracing" in selected:
-        scenarios["tracing"] = tracing(device, sizes["flush_steps"])
+        traced = guarded(tracing, device, sizes["flush_steps"])
+        scenarios["tracing"] = dict.fromkeys(TRACING_CASES, traced) if "status" in traced else traced
     if "mask_matrix" in selected:
-        scenarios["mask_matrix"] = mask_matrix(device)
+        matrix = guarded(mask_matrix, device)
+        if "status" in matrix:
+            matrix = {_path_name(*path): dict.fromkeys(MASK_KINDS, matrix["status"]) for path in MASK_PATHS}
+        scenarios["mask_matrix"] = matrix
     result["wall_s"] = time.perf_counter() - started
     return result
 
