@@ -2,7 +2,7 @@
 
 The driver (`python -m bench`) starts this module once per side and repetition, with the same interpreter and
 `PYTHONPATH` pointing at either the pristine upstream tree or the fork, so the same code measures both. Everything
-here uses public API only (plus torch's dynamo counters and logs); what a tree lacks is reported as "n/a".
+here uses public API only (plus torch's dynamo counters and logs); a scenario that fails is reported as its status.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ PAD_TOKEN_ID = 0
 BATCH_SIZE = 2
 PROMPT_LENGTH = 8
 LEFT_PADDING = 3  # the first row of the batch is left padded by this many tokens
-NA = "n/a"
 
 # Scenario sizes: (quick, full)
 SIZES = {
@@ -78,7 +77,7 @@ def guarded(measure, *args) -> dict:
 
 
 def has_static_attention_mask() -> bool:
-    """Whether this tree's `GenerationConfig` knows `static_attention_mask` (patch 0003)."""
+    """Whether this tree's `GenerationConfig` knows `static_attention_mask` (patch 0007)."""
     return hasattr(GenerationConfig(), "static_attention_mask")
 
 
@@ -426,10 +425,7 @@ def _rank1_empties(values) -> int:
 
 def _traced(case):
     """Run one tracing case: `{"status": "ok", ...measures}` or `{"status": <the error's first line>}`."""
-    try:
-        return {"status": "ok", **case()}
-    except Exception as e:
-        return {"status": first_line(e)}
+    return guarded(lambda: {"status": "ok", **case()})
 
 
 def tracing(device: str, flush_steps: int) -> dict:
