@@ -131,6 +131,9 @@ class TimedForward:
 
     def __init__(self, forward, synchronize: bool):
         self.forward = forward
+        # `generate` reads the forward's signature (e.g. to pass `position_ids`): the wrapped forward's, as with
+        # `model.forward = torch.compile(model.forward)`
+        self.__wrapped__ = forward
         self.synchronize = synchronize
         self.calls: list[tuple[float, float]] = []  # (start, duration) per call
         self.mask_shapes: list[tuple[int, ...] | None] = []
