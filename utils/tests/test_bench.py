@@ -166,7 +166,7 @@ def _synthetic_run(side: str, scale: float, status: str = "ok") -> dict:
     decode = dict.fromkeys(DECODE_TIMES, scale)
     decode.update(step_ms=[scale], forward_calls=9, decode_mask_shapes=1, decode_mask_addresses=1)
     decode.update(status="ok", cudagraph_recordings=None)
-    cost = {"status": "ok", "first_generate_s": scale, "first_forward_s": scale, "graphs": 2}
+    cost = {"status": "ok", **dict.fromkeys(COMPILE_TIMES, scale), "graphs": 2}
     calls = {"status": "ok", "call_ms": [10 * scale, scale], "cudagraph_recordings": None, "generate_compile": None}
     failed = {"status": status}
     scenarios = {
