@@ -18,6 +18,7 @@ DECODE_TIMES = (
 )
 DECODE_COUNTS = ("forward_calls", "decode_mask_shapes", "decode_mask_addresses", "cudagraph_recordings")
 COMPILE_TIMES = ("first_generate_s", "first_generate_cpu_s", "first_forward_s")
+COMPILE_COUNTS = ("graphs", "generated_files", "generated_kb")
 SPREAD_LIMIT = 0.25  # a timing whose runs on one side spread by more, (max - min) / min, is warned about
 
 
@@ -120,7 +121,7 @@ def aggregate(runs: list[dict], meta: dict) -> dict:
                 compile_cost[side] = {
                     "status": "ok",
                     **_times(f"{side} compile_cost.{model}", costs, COMPILE_TIMES, warnings),
-                    "graphs": costs[0]["graphs"],
+                    **{key: costs[0].get(key) for key in COMPILE_COUNTS},
                 }
             decode["ratio"] = _ratios(decode, DECODE_TIMES)
             compile_cost["ratio"] = _ratios(compile_cost, COMPILE_TIMES)
@@ -255,7 +256,12 @@ def table(results: dict) -> str:
                 if all(decode[side].get(key) is not None for side in SIDES):
                     rows.append([f"{model} {key}", decode["upstream"][key], "", decode["fork"][key], "", None, None])
         parts.append(_grid("1. decode loop (static cache, compiled forward)", TIMING_HEADER, rows))
-        rows = [row for model, c in results["compile_cost"].items() for row in _timing_rows(model, c, COMPILE_TIMES)]
+        rows = []
+        for model, cost in results["compile_cost"].items():
+            rows += _timing_rows(model, cost, COMPILE_TIMES)
+            for key in COMPILE_COUNTS:
+                if all(cost[side].get(key) is not None for side in SIDES):
+                    rows.append([f"{model} {key}", cost["upstream"][key], "", cost["fork"][key], "", None, None])
         parts.append(_grid("3. compile cost (first generate call, s)", TIMING_HEADER, rows))
     if "recompiles" in results:
         rows = []

@@ -235,6 +235,16 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def _generated_code() -> dict[str, int] | None:
+    """Bytes of every source file in this process's inductor cache (`TORCHINDUCTOR_CACHE_DIR`, fresh per process
+    in the benchmark; None when unset): C++ kernels and Python wrappers on CPU, Triton kernels on CUDA."""
+    cache_dir = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not cache_dir:
+        return None
+    paths = [path for suffix in ("*.cpp", "*.py") for path in Path(cache_dir).rglob(suffix)]
+    return {str(path): path.stat().st_size for path in paths}
+
+
 # ---- 1 and 3: decode loop and compile cost -------------------------------------------------------------------
 
 
@@ -264,6 +274,7 @@ def decode(name: str, device: str, mode: str, sizes: dict) -> dict:
         return time.perf_counter() - start
 
     with cudagraph_recordings(device) as recordings:
+        code_before = _generated_code()
         cpu_start = _cpu_seconds()
         first = run()
         compile_cost = {
@@ -271,7 +282,14 @@ def decode(name: str, device: str, mode: str, sizes: dict) -> dict:
             "first_generate_cpu_s": _cpu_seconds() - cpu_start,
             "first_forward_s": timer.calls[0][1],
             "graphs": counters["stats"]["unique_graphs"],
+            "generated_files": None,
+            "generated_kb": None,
         }
+        code_after = _generated_code()
+        if code_before is not None and code_after is not None:
+            new_files = set(code_after) - set(code_before)
+            compile_cost["generated_files"] = len(new_files)
+            compile_cost["generated_kb"] = sum(code_after[path] for path in new_files) / 1e3
         run()  # warm-up
         runs = []
         for _ in range(sizes["repeats"]):
