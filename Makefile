@@ -5,6 +5,8 @@
 #   make test-compile   only the tests marked `compile`
 #   make bench      the main job: the fork against pristine upstream side by side (table, JSON, plot; utils/bench/README.md)
 #   make bench-quick    the same, smaller (BENCH_ARGS adds options, e.g. BENCH_ARGS="--device cuda")
+#   make oracle     every causal-LM architecture as a tiny model, pristine vs the fork, tokens and scores compared
+#                   exactly (about a minute; ORACLE_ARGS="--only gpt2,llama" for some)
 #
 # Patch queue (the work tree .fork/ is a git repository: `upstream` tag, then one commit per patch):
 #   make fork       build .fork/ from the pinned sdist + patches/ and link src/transformers, tests into it
@@ -20,7 +22,7 @@ VPY := $(VENV)/bin/python
 FORK := PYTHONPATH=utils $(PYTHON) -m forktool
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install fork patches check rebase bisect test test-compile bench bench-quick quality style clean
+.PHONY: install fork patches check rebase bisect test test-compile bench bench-quick oracle quality style clean
 
 install: $(VENV)/.installed
 
@@ -58,6 +60,9 @@ bench: install
 
 bench-quick: install
 	PYTHONPATH=utils $(VPY) -m bench --quick $(BENCH_ARGS)
+
+oracle: install
+	PYTHONPATH=utils $(VPY) -m oracle $(ORACLE_ARGS)
 
 TOUCHED = $(shell git -C .fork diff --name-only --diff-filter=d upstream HEAD -- '*.py' 2>/dev/null)
 
