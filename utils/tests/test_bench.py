@@ -1,5 +1,6 @@
 """Tests of the benchmark's tooling: the quick mode end to end and its JSON schema, never its timings."""
 
+import gc
 import json
 import os
 import subprocess
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 from bench.__main__ import main, parse_args, side_command
 from bench.report import COMPILE_TIMES, DECODE_TIMES, SIDES, aggregate, table, with_min
+from bench.scenarios import guarded
 from bench.trees import pristine_tree
 
 
@@ -228,3 +230,15 @@ def test_pristine_tree_is_extracted_once():
     before = marker.stat().st_mtime_ns
     assert pristine_tree() == tree and marker.stat().st_mtime_ns == before
     assert (tree / "src" / "transformers" / "__init__.py").is_file()
+
+
+def test_scenarios_run_on_a_settled_heap():
+    """A scenario runs with the objects alive before it frozen, and leaves nothing frozen, even when it fails."""
+    assert guarded(lambda: {"frozen": gc.get_freeze_count()})["frozen"] > 0
+    assert gc.get_freeze_count() == 0
+
+    def failing():
+        raise RuntimeError("boom")
+
+    assert guarded(failing) == {"status": "RuntimeError: boom"}
+    assert gc.get_freeze_count() == 0
