@@ -22,7 +22,7 @@ def _run_difference(a: dict, b: dict) -> str | None:
     if a["scores"].shape != b["scores"].shape:
         return f"score shapes {tuple(a['scores'].shape)} vs {tuple(b['scores'].shape)}"
     same_sequences = torch.equal(a["sequences"], b["sequences"])
-    same_scores = torch.equal(a["scores"], b["scores"])
+    same_scores = torch.allclose(a["scores"], b["scores"], rtol=0, atol=0, equal_nan=True)  # exactly equal
     if same_sequences and same_scores:
         return None
     delta = torch.where(
@@ -37,15 +37,25 @@ def _run_difference(a: dict, b: dict) -> str | None:
 
 def compare(a: dict, b: dict) -> dict:
     """Counts and the list of differences between the results `a` and `b` of two sides."""
-    counts = {"identical": 0, "same_error": 0, "not_built": 0}
+    counts = {"ran_on_both": 0, "identical": 0, "same_error": 0, "not_built": 0}
     differences = []
+    if a["transformers_file"] == b["transformers_file"]:
+        differences.append(("-", "trees", f"both sides imported {a['transformers_file']}"))
+    for name, side in (("A", a), ("B", b)):
+        if side["tree_digest_start"] != side["tree_digest_end"]:
+            differences.append(("-", "trees", f"{name}'s tree changed on disk during its run"))
+    if not a["models"] and not b["models"]:
+        differences.append(("-", "models", "no model type was run"))
     for model in dict.fromkeys([*a["models"], *b["models"]]):
         entry_a, entry_b = a["models"].get(model), b["models"].get(model)
         if entry_a is None or entry_b is None:
             differences.append((model, "-", f"missing in {'A' if entry_a is None else 'B'}"))
             continue
         if "build" in entry_a or "build" in entry_b:
-            error_a, error_b = (entry.get("build", {}).get("error_type") for entry in (entry_a, entry_b))
+            error_a, error_b = (
+                (entry["build"]["error_type"], entry["build"]["error"]) if "build" in entry else None
+                for entry in (entry_a, entry_b)
+            )
             if error_a is not None and error_a == error_b:
                 counts["not_built"] += 1
             else:
@@ -56,6 +66,7 @@ def compare(a: dict, b: dict) -> dict:
         for cache in CACHES:
             run_a, run_b = entry_a[cache], entry_b[cache]
             if _ran(entry_a, cache) and _ran(entry_b, cache):
+                counts["ran_on_both"] += 1
                 detail = _run_difference(run_a, run_b)
                 if detail is None:
                     counts["identical"] += 1
@@ -95,11 +106,8 @@ def report(a: dict, b: dict) -> str:
             f"{side['tree']}: {side['transformers_file']} (wrap={side['wrap']}, {len(side['models'])} model types, "
             f"{side['total_seconds']} s)" + (" WARNING: the tree changed on disk during the run" if changed else "")
         )
-    runs = counts["identical"] + sum(
-        1 for _, cache, detail in differences if cache in CACHES and " raised " not in detail
-    )
     lines.append(
-        f"identical runs: {counts['identical']} of {runs} that ran on both sides; the same error on both: "
+        f"identical runs: {counts['identical']} of {counts['ran_on_both']} that ran on both sides; the same error on both: "
         f"{counts['same_error']} runs; not built on either: {counts['not_built']} model types; "
         f"differences: {len(differences)}"
     )

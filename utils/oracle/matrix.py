@@ -436,8 +436,11 @@ def tree_digest(src):
 
 
 def err(e):
-    first = (str(e).strip().splitlines() or [""])[0][:300]
-    return {"error_type": type(e).__name__, "error": first}
+    """The error's type and whole message, with those of its cause (a validation error says what failed there)."""
+    message = " | ".join(line.strip() for line in str(e).strip().splitlines())[:2000]
+    if e.__cause__ is not None:
+        message += f" (cause: {type(e.__cause__).__name__}: {str(e.__cause__).strip()[:1000]})"
+    return {"error_type": type(e).__name__, "error": message}
 
 
 def run_model(model_type, class_name, wrap):
@@ -463,6 +466,8 @@ def run_model(model_type, class_name, wrap):
             entry["strategy"] = strategy
             entry["n_params"] = n_params
             break
+        except Timeout:
+            raise
         except Exception as e:  # noqa: BLE001
             entry.setdefault("build_errors", []).append(
                 {"strategy": strategy, **err(e), "tb": traceback.format_exc().strip().splitlines()[-4:]}
@@ -562,6 +567,9 @@ def main(argv=None):
     results["tree_digest_start"] = tree_digest(src)
     print(f"[{args.tree}] transformers from {transformers.__file__}, wrap={args.wrap}", flush=True)
     signal.signal(signal.SIGALRM, _alarm)
+    unknown = sorted(set(only or ()) - set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES))
+    if unknown:
+        parser.error(f"--only: not causal-LM model types of this tree: {', '.join(unknown)}")
     items = [(k, v) for k, v in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items() if not only or k in only]
     t_all = time.perf_counter()
     for i, (model_type, class_name) in enumerate(items):

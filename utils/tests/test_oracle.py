@@ -24,13 +24,16 @@ def _side(tree: str, wrap: bool = False) -> dict:
 
 def test_compare_counts_identical_runs_and_shared_errors():
     compared = compare(_side("upstream"), _side("fork"))
-    assert compared == {"counts": {"identical": 3, "same_error": 1, "not_built": 0}, "differences": []}
+    assert compared == {
+        "counts": {"ran_on_both": 3, "identical": 3, "same_error": 1, "not_built": 0},
+        "differences": [],
+    }
 
 
 def test_compare_reports_every_kind_of_difference():
     upstream = _side("upstream")
     fork = copy.deepcopy(upstream)
-    fork["tree"] = "fork"
+    fork["tree"], fork["transformers_file"] = "fork", "/fork/__init__.py"
     fork["models"]["llama"]["static"]["scores"] = torch.tensor([[[0.5, -1.0 + 1e-6]]])
     fork["models"]["llama"]["dynamic"]["sequences"] = torch.tensor([[5, 6, 8]])
     fork["models"]["mamba"]["static"] = {"sequences": torch.tensor([[1]]), "scores": torch.tensor([[[0.0]]])}
@@ -41,6 +44,18 @@ def test_compare_reports_every_kind_of_difference():
     assert differences["llama", "dynamic"].startswith("sequences differ at 1 positions")
     assert differences["mamba", "static"] == "only A raised ValueError: no static cache"
     assert "differences: 4" in report(upstream, fork)
+
+
+def test_compare_sees_errors_trees_and_nans():
+    upstream, fork = _side("upstream"), _side("fork")
+    for side in (upstream, fork):
+        side["models"]["llama"]["static"]["scores"] = torch.tensor([[[float("nan"), -1.0]]])  # NaN on both: equal
+    fork["models"]["mamba"]["static"]["error"] = "no static cache for this model"  # same type, other message
+    fork["tree_digest_end"] = "changed"
+    differences = {(model, cache) for model, cache, _ in compare(upstream, fork)["differences"]}
+    assert differences == {("mamba", "static"), ("-", "trees")}
+    same_tree = compare(upstream, {**upstream, "tree": "fork"})["differences"]
+    assert same_tree == [("-", "trees", "both sides imported /upstream/__init__.py")]
 
 
 def test_both_trees_on_three_model_types(tmp_path):
