@@ -1,11 +1,15 @@
 """Compares two sides' results of `oracle.matrix`: per model and cache, identical (the same sequences, exactly equal
-scores), the same error on both sides, or a difference. `python -m oracle.compare A.pt B.pt` prints the report."""
+scores), the same error on both sides, or a difference; and of `oracle.families`: per case equal, accepted or a
+difference (see `judge`). `python -m oracle.compare A.pt B.pt` prints the report of either."""
 
 from __future__ import annotations
 
 import sys
 
 import torch
+
+
+REFERENCE_ATOL = 1e-4  # a run against its reference, computed another way (never one side against the other)
 
 
 CACHES = ("static", "dynamic")
@@ -122,9 +126,152 @@ def report(a: dict, b: dict) -> str:
     return "\n".join(lines)
 
 
+# --- the case families (`oracle.families`) ---
+
+
+def value_difference(a, b, atol: float = 0.0) -> str | None:
+    """None when the values `a` and `b` are equal (tensors: the same shape and dtype, and equal within `atol`, NaN
+    equal to NaN; anything else: `==`), else what differs."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return f"{a.dtype} {tuple(a.shape)} vs {b.dtype} {tuple(b.shape)}"
+        if torch.allclose(a, b, rtol=0, atol=atol, equal_nan=True) if a.is_floating_point() else torch.equal(a, b):
+            return None
+        if not a.is_floating_point():
+            return f"{int((a != b).sum())} of {a.numel()} elements differ"
+        delta = torch.where(a == b, 0.0, (a - b).abs().nan_to_num(nan=float("inf")))
+        return f"max |d| {delta.max().item():.3e}"
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return f"keys {sorted(a)} vs {sorted(b)}"
+        details = [f"{key}: {d}" for key in a if (d := value_difference(a[key], b[key], atol)) is not None]
+        return "; ".join(details) or None
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            return f"{len(a)} vs {len(b)} items"
+        details = [
+            f"[{i}] {d}" for i, (x, y) in enumerate(zip(a, b)) if (d := value_difference(x, y, atol)) is not None
+        ]
+        return "; ".join(details) or None
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return f"{type(a).__name__} vs {type(b).__name__}"
+    return None if type(a) is type(b) and a == b else f"{a!r} vs {b!r}"
+
+
+def _outcome(run: dict) -> str:
+    return f"{run['error_type']}: {run['error'][:200]}" if "error_type" in run else "a value"
+
+
+def _matched(references: dict, value) -> str | None:
+    """The name of the first reference that `value` equals within `REFERENCE_ATOL`, else None."""
+    return next(
+        (name for name, ref in references.items() if value_difference(ref, value, REFERENCE_ATOL) is None), None
+    )
+
+
+def _off(references: dict, value) -> str:
+    return "; ".join(f"{name}: {value_difference(ref, value, REFERENCE_ATOL)}" for name, ref in references.items())
+
+
+def judge(a: dict, b: dict) -> tuple[str, str]:
+    """One case of a family, pristine's run `a` against the fork's run `b`: `("equal", "")`, `("accepted", why)` or
+    `("different", what)`.
+
+    Equal: the same value (tensors exactly equal) or an exception of the same type on both sides. Otherwise the fork's
+    run is accepted only where it raises a `ValueError` and pristine raised too or was wrong against the references
+    (pristine's, each what the case must give, computed another way in the same process; a value is right when it
+    equals one of them within `REFERENCE_ATOL`), or where the fork gives a reference. Anything else is a difference.
+    """
+    references = {name: ref for name, ref in a.get("references", {}).items() if ref is not None}
+    fork_gives = _matched(references, b["value"]) if "value" in b else None
+    if "value" in a and "value" in b:
+        if (d := value_difference(a["value"], b["value"])) is None:
+            return "equal", ""
+        if fork_gives is not None:
+            return "accepted", f"the fork gives the reference ({fork_gives}) and differs from pristine by {d}"
+        return "different", d + (
+            f"; the fork against the references: {_off(references, b['value'])}" if references else ""
+        )
+    if "value" not in a and "value" not in b:
+        if a["error_type"] == b["error_type"]:
+            return "equal", ""
+        if b["error_type"] == "ValueError":
+            return "accepted", f"the fork raises ValueError where pristine raised {a['error_type']}"
+        return "different", f"pristine raised {_outcome(a)} | the fork raised {_outcome(b)}"
+    if "value" in a:  # only the fork raised
+        if b["error_type"] == "ValueError" and references and _matched(references, a["value"]) is None:
+            return "accepted", f"the fork raises ValueError where pristine was wrong ({_off(references, a['value'])})"
+        return "different", f"pristine gave a value, the fork raised {_outcome(b)}"
+    if fork_gives is not None:  # only pristine raised
+        return "accepted", f"the fork gives the reference ({fork_gives}) where pristine raised {a['error_type']}"
+    return "different", f"pristine raised {_outcome(a)}, the fork gave a value" + (
+        f" (against the references: {_off(references, b['value'])})" if references else ""
+    )
+
+
+def compare_families(a: dict, b: dict) -> dict:
+    """Per family of the results `a` (pristine) and `b` (the fork) of `oracle.families`: the number of cases, of equal
+    ones, the accepted ones (case, why) and the differences (case, what)."""
+    compared = {}
+    for family in dict.fromkeys([*a["families"], *b["families"]]):
+        cases_a, cases_b = a["families"].get(family, {}), b["families"].get(family, {})
+        counts = {"cases": 0, "equal": 0, "accepted": [], "differences": []}
+        for name in dict.fromkeys([*cases_a, *cases_b]):
+            counts["cases"] += 1
+            if name not in cases_a or name not in cases_b:
+                counts["differences"].append((name, f"only {'the fork' if name in cases_b else 'pristine'} has it"))
+                continue
+            verdict, detail = judge(cases_a[name], cases_b[name])
+            if verdict == "equal":
+                counts["equal"] += 1
+            else:
+                counts["accepted" if verdict == "accepted" else "differences"].append((name, detail))
+        compared[family] = counts
+    return compared
+
+
+def family_problems(a: dict, b: dict) -> list[str]:
+    problems = (
+        [] if a["transformers_file"] != b["transformers_file"] else [f"both sides imported {a['transformers_file']}"]
+    )
+    return problems + [
+        f"{side['tree']}'s tree changed on disk during its run"
+        for side in (a, b)
+        if side["tree_digest_start"] != side["tree_digest_end"]
+    ]
+
+
+def report_families(a: dict, b: dict) -> str:
+    lines = [
+        f"{side['tree']}: {side['transformers_file']} ({sum(side['seconds'].values()):.1f} s: "
+        + ", ".join(f"{family} {seconds} s" for family, seconds in side["seconds"].items())
+        + ")"
+        for side in (a, b)
+    ]
+    lines += [f"  PROBLEM {problem}" for problem in family_problems(a, b)]
+    for family, counts in compare_families(a, b).items():
+        lines.append(
+            f"{family}: {counts['cases']} cases, {counts['equal']} equal, {len(counts['accepted'])} accepted, "
+            f"{len(counts['differences'])} differences"
+        )
+        notes_a, notes_b = a["notes"].get(family, []), b["notes"].get(family, [])
+        lines += [f"  note: {note}" for note in notes_a]
+        lines += [f"  note ({b['tree']}): {note}" for note in notes_b if note not in notes_a]
+        lines += [f"  DIFFERENT {name}: {detail}" for name, detail in counts["differences"]]
+        lines += [f"  accepted {name}: {detail}" for name, detail in counts["accepted"]]
+    return "\n".join(lines)
+
+
+def family_differences(a: dict, b: dict) -> int:
+    return len(family_problems(a, b)) + sum(len(c["differences"]) for c in compare_families(a, b).values())
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     a, b = (torch.load(path, weights_only=False) for path in argv)
+    if "families" in a:
+        print(report_families(a, b))
+        return 1 if family_differences(a, b) else 0
     print(report(a, b))
     return 1 if compare(a, b)["differences"] else 0
 
