@@ -2,6 +2,8 @@
 
 Fails when
 - a patch does not apply with `git am`, in series order, onto the pristine sdist tree;
+- a patch does not apply with `git am -3` to the pristine tree alone, or on the patches its `Depends-on:`
+  trailers name (the apply part of `make standalone`, see `standalone.py`);
 - `patches/` holds a patch the series does not list;
 - the work tree `.fork` is not what pristine + patches build (its commits differ from the patches, it holds
   edits no patch holds, or `src/transformers` / `tests` are not links into it);
@@ -21,10 +23,22 @@ import tempfile
 import tomllib
 from pathlib import Path
 
-from .common import ROOT, UPSTREAM_TAG, ForkError, fetch_sdist, git, log, main_wrapper, read_series, read_upstream
+from .common import (
+    ROOT,
+    UPSTREAM_TAG,
+    ForkError,
+    Upstream,
+    fetch_sdist,
+    git,
+    log,
+    main_wrapper,
+    read_series,
+    read_upstream,
+)
 from .copies import check_copies
 from .export import format_patches
 from .materialize import LINKS, build_tree
+from .standalone import check_standalone
 
 
 # Fork files linted along with the ones the series touches.
@@ -80,6 +94,7 @@ def check(root: Path = ROOT, work: Path | None = None) -> list[str]:
         problems += _check_copies(expected, touched, Path(tmp) / "pristine")
         if not problems:
             problems += _check_ruff(root, [f for f in touched if f.endswith(".py")])
+        problems += _check_standalone(upstream, patches, sdist, Path(tmp) / "standalone")
     return problems
 
 
@@ -124,6 +139,20 @@ def _check_copies(expected: Path, touched: list[str], pristine: Path) -> list[st
     subprocess.run(["tar", "-x", "-C", str(pristine)], input=archive.stdout, check=True)
     before = set(check_copies(pristine, touched))
     return [problem for problem in check_copies(expected, touched) if problem not in before]
+
+
+def _check_standalone(upstream: Upstream, patches: list[Path], sdist: Path, tree: Path) -> list[str]:
+    """Each patch applies alone to pristine, or on the patches it declares.
+
+    In a pristine tree of its own: the expected tree holds the blobs of every patch, with which `git am -3` could
+    merge a patch that a checkout of the release cannot take.
+    """
+    build_tree(tree, upstream, [], sdist)
+    return [
+        f"{r.patch.name} does not apply with `git am -3` to pristine alone or on its Depends-on patches: {r.error}"
+        for r in check_standalone(tree, patches)
+        if r.error
+    ]
 
 
 def _check_ruff_settings(root: Path, expected: Path) -> list[str]:
