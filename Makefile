@@ -11,9 +11,12 @@
 # Patch queue (the work tree .fork/ is a git repository: `upstream` tag, then one commit per patch):
 #   make fork       build .fork/ from the pinned sdist + patches/ and link src/transformers, tests into it
 #   make patches    regenerate patches/ from the commits in .fork/ (byte-stable)
-#   make check      patches apply, .fork/ == pristine + patches, ruff (upstream's settings) on touched files
+#   make check      patches apply (in order, and each alone or on its Depends-on patches), .fork/ == pristine +
+#                   patches, ruff (upstream's settings) on touched files
 #   make rebase UPSTREAM=x.y.z [SHA256=...]   try the series on another release, report per patch
 #   make bisect     after patches 1..k, the tests of patches 1..k pass (each k, in a scratch tree)
+#   make standalone each patch applies with `git am -3` to pristine alone, or on the patches its `Depends-on:`
+#                   trailers name, and its own tests pass there (ONLY=0005 for one patch)
 #   make quality / make style   ruff check / ruff fix+format on touched files and the tooling
 
 PYTHON ?= python3
@@ -22,7 +25,7 @@ VPY := $(VENV)/bin/python
 FORK := PYTHONPATH=utils $(PYTHON) -m forktool
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install fork patches check rebase bisect test test-compile bench bench-quick oracle quality style clean
+.PHONY: install fork patches check rebase bisect standalone test test-compile bench bench-quick oracle quality style clean
 
 install: $(VENV)/.installed
 
@@ -46,6 +49,9 @@ rebase:
 
 bisect: install
 	PYTHONPATH=utils $(VPY) -m forktool.bisect -- $(PYTEST_ARGS)
+
+standalone: install
+	PYTHONPATH=utils $(VPY) -m forktool.standalone --tests $(if $(ONLY),--only $(ONLY)) -- $(PYTEST_ARGS)
 
 # pytest's own exit status is the result: 5 (nothing collected) fails like any other non-zero status.
 test: install
