@@ -1,17 +1,29 @@
-"""Tests of the fork tooling itself (materialize, export, check, rebase, install), on scratch copies of the repo."""
+"""Tests of the fork tooling itself (materialize, export, check, rebase, standalone, install), on scratch copies of
+the repo."""
 
 import importlib.metadata
 import os
 import re
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
 from forktool.check import check
-from forktool.common import ForkError, Upstream, fetch_sdist, git, pip_error_summary, read_series, read_upstream
+from forktool.common import (
+    ForkError,
+    Upstream,
+    fetch_sdist,
+    git,
+    pip_error_summary,
+    read_series,
+    read_upstream,
+    sha256_of,
+)
 from forktool.export import export
 from forktool.materialize import materialize
 from forktool.rebase import rebase
+from forktool.standalone import read_mail, standalone
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -267,3 +279,182 @@ def test_pip_error_is_one_short_line():
         "Could not find a version that satisfies the requirement transformers==9.9.9 "
         "(300 versions, the latest 4.297.0, 4.298.0, 4.299.0)"
     )
+
+
+# ---- standalone: each patch applies alone, or on the patches its `Depends-on:` trailers name ----
+
+VALUES = "src/transformers/values.py"
+
+
+@pytest.fixture
+def toy_root(tmp_path, monkeypatch) -> Path:
+    """A scratch repo pinned to a small synthetic release, toy 1.0: `values.py` holds `v0 = 0` to `v29 = 29`."""
+    release = tmp_path / "release"
+    (release / "src" / "transformers").mkdir(parents=True)
+    (release / "src" / "transformers" / "__init__.py").write_text("", encoding="utf-8")
+    (release / VALUES).write_text("".join(f"v{i} = {i}\n" for i in range(30)), encoding="utf-8")
+    shutil.copy(REPO / "pyproject.toml", release / "pyproject.toml")
+    sdist = tmp_path / "cache" / "sdist" / "toy-1.0.tar.gz"
+    sdist.parent.mkdir(parents=True)
+    with tarfile.open(sdist, "w:gz") as tar:
+        tar.add(release, arcname="toy-1.0")
+    monkeypatch.setenv("TRANSFORMERS_FORK_CACHE", str(sdist.parents[1]))
+    root = tmp_path / "repo"
+    (root / "patches").mkdir(parents=True)
+    upstream = f"name = toy\nversion = 1.0\nsha256 = {sha256_of(sdist)}\n"
+    (root / "patches" / "UPSTREAM").write_text(upstream, encoding="utf-8")
+    (root / "patches" / "series").write_text("", encoding="utf-8")
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+def toy_series(root: Path, *commits: tuple[str, dict[str, tuple[str, str]], list[str]]) -> None:
+    """Commit each `(subject, {path: (old, new)}, depends_on)` in turn on the toy release; export them as the series.
+
+    `old` is replaced by `new` in `path` (a new file when `old` is empty); `depends_on` are `Depends-on:` subjects.
+    """
+    work = materialize(root)
+    for subject, edits, depends_on in commits:
+        for path, (old, new) in edits.items():
+            file = work / path
+            text = file.read_text(encoding="utf-8") if old else ""
+            assert old in text, f"{old!r} not in {path}"
+            file.parent.mkdir(parents=True, exist_ok=True)
+            file.write_text(text.replace(old, new, 1) if old else new, encoding="utf-8")
+        trailers = "".join(f"Depends-on: {d}\n" for d in depends_on)
+        message = f"{subject}\n\nWhy and how, as upstream's PR template asks.\n" + (
+            f"\n{trailers}" if trailers else ""
+        )
+        git(work, "add", "--all")
+        git(work, "commit", "--quiet", "--message", message)
+    export(root)
+
+
+def set_value(name: str, old: int, new: int) -> dict[str, tuple[str, str]]:
+    return {VALUES: (f"{name} = {old}\n", f"{name} = {new}\n")}
+
+
+def run_standalone(root: Path, capsys, pytest_args: list[str] | None = None) -> tuple[bool, list[str]]:
+    ok = standalone(root, pytest_args)
+    return ok, [line for line in capsys.readouterr().out.splitlines() if line.startswith("00")]
+
+
+def test_standalone_patches_that_apply_alone(toy_root, capsys):
+    # the second patch is made on top of the first, but away from its lines
+    toy_series(toy_root, ("Set v1", set_value("v1", 1, 100), []), ("Set v20", set_value("v20", 20, 200), []))
+    assert run_standalone(toy_root, capsys) == (
+        True,
+        ["0001-Set-v1.patch: applies alone", "0002-Set-v20.patch: applies alone"],
+    )
+
+
+def test_standalone_declared_and_undeclared_dependency(toy_root, capsys):
+    toy_series(
+        toy_root,
+        ("Set v1", set_value("v1", 1, 100), []),
+        ("Raise v1", set_value("v1", 100, 1000), ["Set v1"]),
+        ("Lower v1", set_value("v1", 1000, 10), []),  # needs both, declares neither
+    )
+    ok, lines = run_standalone(toy_root, capsys)
+    assert not ok
+    assert lines[:2] == ["0001-Set-v1.patch: applies alone", "0002-Raise-v1.patch: applies on 0001"]
+    assert lines[2] == (
+        "0003-Lower-v1.patch: FAILS: does not apply (made on another version) to src/transformers/values.py"
+    )
+
+
+def test_standalone_objects_of_a_patch_checked_before_do_not_help_a_later_one(toy_root, capsys):
+    """v13's hunk has v10's line in its context: only a 3-way merge from the blob that patch 1 writes could take it."""
+    toy_series(
+        toy_root,
+        ("Set v10", set_value("v10", 10, 100), []),
+        ("Set v13", set_value("v13", 13, 130), []),
+        ("Set v13 again", {VALUES: ("v13 = 130\n", "v13 = 131\n")}, ["Set v13"]),
+    )
+    ok, lines = run_standalone(toy_root, capsys)
+    assert not ok
+    assert lines == [
+        "0001-Set-v10.patch: applies alone",
+        "0002-Set-v13.patch: FAILS: does not apply (made on another version) to src/transformers/values.py",
+        "0003-Set-v13-again.patch: FAILS: dependency 0002-Set-v13.patch fails: does not apply (made on another "
+        "version) to src/transformers/values.py",
+    ]
+
+
+def test_standalone_depends_on_must_name_an_earlier_patch(toy_root, capsys):
+    toy_series(
+        toy_root,
+        ("Set v1", set_value("v1", 1, 100), ["No such patch"]),
+        ("Set v10", set_value("v10", 10, 100), ["Set v20"]),
+        ("Set v20", set_value("v20", 20, 200), ["Set v20"]),
+    )
+    ok, lines = run_standalone(toy_root, capsys)
+    assert not ok
+    assert lines == [
+        "0001-Set-v1.patch: FAILS: Depends-on names no patch of the series: 'No such patch'",
+        "0002-Set-v10.patch: FAILS: Depends-on names a later patch, 0003-Set-v20.patch (it must come first)",
+        "0003-Set-v20.patch: FAILS: Depends-on names the patch itself (a cycle)",
+    ]
+
+
+def test_standalone_transitive_dependencies_apply_in_series_order(toy_root, capsys):
+    toy_series(
+        toy_root,
+        ("Set v1", set_value("v1", 1, 100), []),
+        ("Raise v1", set_value("v1", 100, 1000), ["Set v1"]),
+        ("Set v20", set_value("v20", 20, 200), []),
+        ("Raise v1 again", set_value("v1", 1000, 10000), ["Raise v1"]),
+        # declared out of order, and again what the dependency already needs
+        ("Lower v1", set_value("v1", 10000, 5), ["Raise v1 again", "Set v1"]),
+    )
+    ok, lines = run_standalone(toy_root, capsys)
+    assert ok, lines
+    assert lines[3:] == [
+        "0004-Raise-v1-again.patch: applies on 0001, 0002",
+        "0005-Lower-v1.patch: applies on 0001, 0002, 0004",
+    ]
+
+
+def test_standalone_mail_subject_and_trailers(toy_root):
+    long_subject = "Set v1 " + "to a value that a long subject line describes at length " * 2
+    toy_series(toy_root, (long_subject.strip(), set_value("v1", 1, 100), ["Set   v0", "Set v2"]))
+    patch = read_series(toy_root)[0]
+    assert "\n " in patch.read_text(encoding="utf-8").split("\n\n", 1)[0]  # the Subject header is folded
+    # a `Depends-on:` after the `---` line is no trailer
+    patch.write_text(patch.read_text(encoding="utf-8") + "Depends-on: not a trailer\n", encoding="utf-8")
+    assert read_mail(patch) == (" ".join(long_subject.split()), ["Set v0", "Set v2"])
+
+
+def test_standalone_tests_run_on_the_patch_tree(toy_root, capsys):
+    def test_file(name: str, *checks: str) -> dict[str, tuple[str, str]]:
+        body = "".join(f"    assert values.{check}\n" for check in checks)
+        return {
+            f"tests/utils/test_{name}.py": ("", f"from transformers import values\n\n\ndef test_{name}():\n{body}")
+        }
+
+    toy_series(
+        toy_root,
+        ("Set v1", {**set_value("v1", 1, 100), **test_file("v1", "v1 == 100")}, []),
+        ("Set v20", set_value("v20", 20, 200), []),
+        # its test needs patch 1 as well, which it does not declare
+        ("Set v25", {**set_value("v25", 25, 250), **test_file("v25", "v25 == 250", "v1 == 100")}, []),
+        ("Set v10", {**set_value("v10", 10, 100), **test_file("v10", "v10 == 100", "v1 == 100")}, ["Set v1"]),
+    )
+    ok, lines = run_standalone(toy_root, capsys, pytest_args=[])
+    assert not ok
+    assert re.fullmatch(r"0001-Set-v1.patch: applies alone; 1 test files, 1 passed in .*", lines[0]), lines
+    assert lines[1] == "0002-Set-v20.patch: applies alone; no tests"
+    assert re.fullmatch(r"0003-Set-v25.patch: FAILS: its tests fail; 1 test files, 1 failed in .*", lines[2]), lines
+    assert re.fullmatch(r"0004-Set-v10.patch: applies on 0001; 1 test files, 1 passed in .*", lines[3]), lines
+
+
+def test_check_reports_a_patch_that_does_not_apply_alone(toy_root):
+    toy_series(
+        toy_root,
+        ("Set v1", set_value("v1", 1, 100), []),
+        ("Raise v1", set_value("v1", 100, 1000), []),
+    )
+    assert check(toy_root) == [
+        "0002-Raise-v1.patch does not apply with `git am -3` to pristine alone or on its Depends-on patches: "
+        "does not apply (made on another version) to src/transformers/values.py"
+    ]
