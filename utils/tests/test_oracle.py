@@ -1,4 +1,5 @@
-"""The model-matrix oracle: it runs both trees and compares them exactly, and its comparison sees a difference."""
+"""The oracle: it runs both trees and compares them (the model matrix exactly, the case families by their rule), and
+its comparisons see a difference."""
 
 import copy
 import os
@@ -6,8 +7,10 @@ import subprocess
 import sys
 
 import torch
+from bench.trees import pristine_tree
 from forktool.common import ROOT
-from oracle.compare import compare, report
+from oracle import FAMILIES
+from oracle.compare import compare, compare_families, family_differences, judge, report, report_families
 
 
 def _side(tree: str, wrap: bool = False) -> dict:
@@ -62,7 +65,17 @@ def test_both_trees_on_three_model_types(tmp_path):
     """The driver end to end: pristine and the fork give the same tokens and scores; with a wrapped forward, the fork
     initializes the static caches of the attention models before the prefill, and none again."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "utils")}
-    command = [sys.executable, "-m", "oracle", "--only", "gpt2,falcon,mamba", "--out", str(tmp_path)]
+    command = [
+        sys.executable,
+        "-m",
+        "oracle",
+        "--only",
+        "gpt2,falcon,mamba",
+        "--families",
+        "none",
+        "--out",
+        str(tmp_path),
+    ]
     completed = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     text = (tmp_path / "report.txt").read_text(encoding="utf-8")
@@ -72,3 +85,124 @@ def test_both_trees_on_three_model_types(tmp_path):
         in text
     )
     assert "A (upstream): static cache initialized before the prefill in 0 model types" in text
+
+
+LOGITS = torch.tensor([[0.25, -1.5], [2.0, 0.5]])
+RIGHT = {"each sequence alone": LOGITS + 1e-6}  # a reference, within `REFERENCE_ATOL` of LOGITS
+
+
+def _run(value=None, error_type=None, references=None) -> dict:
+    run = {"value": value} if error_type is None else {"error_type": error_type, "error": f"a {error_type}"}
+    return {**run, "references": references or {}}
+
+
+def test_judge_equal():
+    assert judge(_run(LOGITS.clone()), _run(LOGITS.clone())) == ("equal", "")
+    assert (
+        judge(_run({"calls": 10, "kept": [torch.ones(2)]}), _run({"calls": 10, "kept": [torch.ones(2)]}))[0] == "equal"
+    )
+    same_type = judge(_run(error_type="IndexError"), {"error_type": "IndexError", "error": "another message"})
+    assert same_type == ("equal", "")
+    assert judge(_run(torch.tensor([float("nan")])), _run(torch.tensor([float("nan")])))[0] == "equal"
+
+
+def test_judge_accepts_a_value_error_where_pristine_raised_or_was_wrong_and_the_reference():
+    verdict, why = judge(_run(error_type="IndexError"), _run(error_type="ValueError"))
+    assert (verdict, why) == ("accepted", "the fork raises ValueError where pristine raised IndexError")
+    verdict, why = judge(_run(LOGITS + 0.4, references=RIGHT), _run(error_type="ValueError", references=RIGHT))
+    assert verdict == "accepted" and why.startswith("the fork raises ValueError where pristine was wrong"), why
+    verdict, why = judge(_run(LOGITS + 0.4, references=RIGHT), _run(LOGITS, references=RIGHT))
+    assert verdict == "accepted" and why.startswith("the fork gives the reference (each sequence alone)"), why
+    verdict, why = judge(_run(error_type="RuntimeError", references=RIGHT), _run(LOGITS, references=RIGHT))
+    assert verdict == "accepted" and why.endswith("where pristine raised RuntimeError"), why
+    # the references are pristine's: the fork's own do not count
+    verdict, _ = judge(_run(error_type="RuntimeError"), _run(LOGITS, references=RIGHT))
+    assert verdict == "different"
+
+
+def test_judge_reports_differences():
+    cases = {
+        "another value": (_run(LOGITS), _run(LOGITS + 1e-7)),
+        "another count": (_run({"calls": 10}), _run({"calls": 2})),
+        "another shape": (_run(LOGITS), _run(LOGITS[:1])),
+        "a value where pristine raised": (_run(error_type="IndexError"), _run(LOGITS)),
+        "off the reference where pristine raised": (
+            _run(error_type="IndexError", references=RIGHT),
+            _run(LOGITS + 0.415, references=RIGHT),
+        ),
+        "an error where pristine gave a value": (_run(LOGITS), _run(error_type="RuntimeError")),
+        "a ValueError where pristine was right": (_run(LOGITS, references=RIGHT), _run(error_type="ValueError")),
+        "a ValueError without a reference": (_run(LOGITS), _run(error_type="ValueError")),
+        "another error": (_run(error_type="ValueError"), _run(error_type="RuntimeError")),
+    }
+    for name, (a, b) in cases.items():
+        verdict, detail = judge(a, b)
+        assert verdict == "different" and detail, name
+    assert judge(*cases["another count"]) == ("different", "calls: 10 vs 2")
+    assert "max |d| 4.15" in judge(*cases["off the reference where pristine raised"])[1]
+
+
+def _families_side(tree: str, cases: dict) -> dict:
+    digest = {"tree_digest_start": "d", "tree_digest_end": "d"}
+    return {"tree": tree, "transformers_file": f"/{tree}/__init__.py", "families": cases, **digest} | {
+        "notes": {family: [] for family in cases},
+        "seconds": dict.fromkeys(cases, 1.0),
+    }
+
+
+def test_compare_families_counts_and_lists_per_family():
+    pristine = _families_side(
+        "upstream",
+        {
+            "packed_masks": {"equal": _run(LOGITS), "accepted": _run(error_type="IndexError")},
+            "hooks": {"different": _run({"calls": 10}), "pristine only": _run({"calls": 1})},
+        },
+    )
+    fork = _families_side(
+        "fork",
+        {
+            "packed_masks": {"equal": _run(LOGITS), "accepted": _run(error_type="ValueError")},
+            "hooks": {"different": _run({"calls": 2}), "fork only": _run({"calls": 1})},
+        },
+    )
+    compared = compare_families(pristine, fork)
+    assert compared["packed_masks"] == {
+        "cases": 2,
+        "equal": 1,
+        "accepted": [("accepted", "the fork raises ValueError where pristine raised IndexError")],
+        "differences": [],
+    }
+    assert compared["hooks"]["differences"] == [
+        ("different", "calls: 10 vs 2"),
+        ("pristine only", "only pristine has it"),
+        ("fork only", "only the fork has it"),
+    ]
+    text = report_families(pristine, fork)
+    assert "packed_masks: 2 cases, 1 equal, 1 accepted, 0 differences" in text
+    assert "hooks: 3 cases, 0 equal, 0 accepted, 3 differences" in text
+    assert family_differences(pristine, fork) == 3
+    assert family_differences(pristine, {**pristine, "tree": "fork"}) == 1  # both sides imported the same file
+
+
+def test_each_family_on_one_model(tmp_path):
+    """The driver end to end on the families alone, for GPT2, with pristine on both sides (the second through a link,
+    so that the sides import different paths): every family runs cases, and none differs."""
+    link = tmp_path / "pristine-link"
+    link.mkdir()
+    (link / "transformers").symlink_to(pristine_tree() / "src" / "transformers")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "utils")}
+    command = [
+        *(sys.executable, "-m", "oracle", "--no-matrix", "--family-models", "gpt2"),
+        *("--fork-tree", str(link), "--out", str(tmp_path / "out")),
+    ]
+    completed = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    text = (tmp_path / "out" / "report.txt").read_text(encoding="utf-8")
+    for family in FAMILIES:
+        line = next(line for line in text.splitlines() if line.startswith(f"{family}: "))
+        assert line.endswith(" 0 accepted, 0 differences") and not line.startswith(f"{family}: 0 cases"), line
+    results = torch.load(tmp_path / "out" / "upstream-families.pt", weights_only=False)["families"]
+    assert {name.split("/")[0] for name in results["packed_masks"]} == {"gpt2"}
+    assert any("value" in run for family in FAMILIES for run in results[family].values())
+    assert all("value" in run for run in results["hooks"].values()), results["hooks"]
+    assert all("value" in run for run in results["memory"].values()), results["memory"]
