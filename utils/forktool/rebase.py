@@ -1,53 +1,404 @@
-"""`make rebase UPSTREAM=<version>`: try the patch series on another upstream release.
+"""`make rebase UPSTREAM=<version>`: move the patch series onto another upstream release, merging in three ways.
 
-Fetches that release's sdist with pip, applies each patch in series order with `git am` and reports, per
-patch, whether it applied. A patch that does not apply is skipped and the next ones are tried on top of the
-ones that did. The result stays in `.fork-rebase/<version>/` (a work tree like `.fork`) for inspection;
-nothing in `patches/` changes. Without `--sha256` the sdist cannot be verified: its sha256 is printed so that
-`patches/UPSTREAM` can pin it once the series is moved over.
+The work tree `.fork-rebase/<version>/` is a git repository: the pinned release as a commit (tag
+`upstream-<old>`), the series applied on it with `git am` (branch `series-<old>`), and the new release's sdist
+contents as a commit on top of the old release (tags `upstream` and `upstream-<new>`). `git rebase` then moves
+the series onto the new release (branch `fork`): since both releases are in the history, a patch whose context
+changed is merged in three ways, and what stops the rebase is a real conflict with upstream's changes.
+
+One line per patch: `applied` (its diff applies to the new base as it is), `merged` (it needed the three-way
+merge), `conflict: <files>` (the rebase stopped there, with the conflict in the work tree), `resolved`, `dropped`
+(it became empty: upstream carries it; or it was skipped), `pending` (after a conflict). After resolving a
+conflict, `make rebase-continue UPSTREAM=<version>` goes on. Once every patch is on the new release, `make
+rebase-finish UPSTREAM=<version>` exports the series to `patches/` (as `make patches` does) and pins
+`patches/UPSTREAM` to the new release and its sdist's sha256. Everything the verbs need between runs is kept
+in the work tree's `.git`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import re
+import shlex
 import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from .common import ROOT, Upstream, fetch_sdist, log, main_wrapper, read_series, read_upstream, sha256_of
-from .materialize import build_tree
+from .common import (
+    ROOT,
+    UPSTREAM_TAG,
+    WORK_BRANCH,
+    ForkError,
+    Upstream,
+    extract_sdist,
+    fetch_sdist,
+    git,
+    git_env,
+    log,
+    main_wrapper,
+    read_series,
+    read_upstream,
+    sha256_of,
+)
+from .export import export
+from .materialize import build_tree, read_state, series_stamp
 
 
-def rebase(root: Path, version: str, sha256: str | None = None) -> bool:
+STATE_FILE = "fork-rebase.json"
+# refs/fork-rebase/<NNNN>: the rebased commit of the NNNN-th patch, written by the rebase's todo list as each pick
+# is committed (by this tool or by a `git rebase --continue` run by hand). Equal to the previous one: dropped.
+DONE_REF = "refs/fork-rebase/"
+
+
+@dataclass
+class PatchState:
+    name: str
+    kind: str  # applied, merged, conflict, resolved, skipped, empty, pending
+    files: list[str] = field(default_factory=list)
+
+
+def work_tree(root: Path, version: str) -> Path:
+    return root / ".fork-rebase" / version
+
+
+def shown(work: Path) -> str:
+    """`work` as the user can type it: relative to the current directory when inside it."""
+    return os.path.relpath(work) if work.resolve().is_relative_to(Path.cwd().resolve()) else str(work)
+
+
+def run_git(work: Path, *args: str, env: dict[str, str] | None = None, input: str | None = None):
+    return subprocess.run(
+        ["git", "-C", str(work), *args], capture_output=True, text=True, input=input, env={**git_env(), **(env or {})}
+    )
+
+
+def rev(work: Path, name: str) -> str | None:
+    result = git(work, "rev-parse", "--verify", "--quiet", f"{name}^{{commit}}", check=False)
+    return result.stdout.strip() or None
+
+
+def read_rebase_state(work: Path) -> dict:
+    path = work / ".git" / STATE_FILE
+    if not path.exists():
+        raise ForkError(f"no rebase in {work}: start one with `make rebase UPSTREAM={work.name}`")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def write_rebase_state(work: Path, state: dict) -> None:
+    (work / ".git" / STATE_FILE).write_text(json.dumps(state, indent=1) + "\n", encoding="utf-8")
+
+
+def commit_release(work: Path, upstream: Upstream, sdist: Path, parent: str) -> str:
+    """Commit the contents of `sdist` as a child of `parent`, without touching the work tree; return the commit."""
+    with tempfile.TemporaryDirectory(dir=work.parent) as tmp:
+        contents = Path(tmp) / "contents"
+        contents.mkdir()
+        extract_sdist(sdist, contents)
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        for args in (["--work-tree", str(contents), "add", "--all"], ["write-tree"]):
+            result = run_git(work, *args, env=env)
+            if result.returncode != 0:
+                raise ForkError(f"committing {sdist.name} failed at `git {' '.join(args)}`:\n{result.stderr.strip()}")
+    message = (
+        f"upstream {upstream.name} {upstream.version}\n\n"
+        f"Pristine contents of {upstream.sdist_name} (sha256 {upstream.sha256}).\n"
+    )
+    return git(work, "commit-tree", result.stdout.strip(), "-p", parent, "-m", message).stdout.strip()
+
+
+def start(root: Path, version: str, sha256: str | None, work: Path) -> dict:
+    """Build `work` and start the rebase there; return its state (the rebase may have stopped at a conflict)."""
     current = read_upstream(root)
-    target = Upstream(current.name, version, sha256.lower() if sha256 else None)
-    sdist = fetch_sdist(target)
+    if version == current.version:
+        raise ForkError(f"the series is on {current.name} {version} already")
     patches = read_series(root)
-    dest = root / ".fork-rebase" / version
-    if dest.exists():
-        shutil.rmtree(dest)
-    results = build_tree(dest, target, patches, sdist, keep_going=True)
-    width = max((len(p.name) for p in patches), default=0)
-    print(f"series on {target.name} {version} (sdist sha256 {sha256_of(sdist)}):")
-    for result in results:
-        status = "applied" if result.applied else "FAILED"
-        print(f"  {result.patch.name:<{width}}  {status}")
-        if not result.applied:
-            print("    " + result.message.replace("\n", "\n    "))
-    ok = all(r.applied for r in results)
-    print(f"{sum(r.applied for r in results)}/{len(patches)} patches applied; work tree in {dest.relative_to(root)}")
-    return ok
+    old_sdist = fetch_sdist(current)
+    new_sdist = fetch_sdist(Upstream(current.name, version, sha256.lower() if sha256 else None))
+    new = Upstream(current.name, version, sha256_of(new_sdist))
+    log(f"building {work}: {current.sdist_name} + {len(patches)} patches, then {new.sdist_name}")
+    work.parent.mkdir(parents=True, exist_ok=True)
+    results = build_tree(work, current, patches, old_sdist)
+    failed = [r for r in results if not r.applied]
+    if failed:
+        shutil.rmtree(work)
+        raise ForkError(
+            f"{failed[0].patch.name} does not apply to {current.name} {current.version} itself (see `make check`):\n"
+            f"{failed[0].message}"
+        )
+    old_commit = rev(work, UPSTREAM_TAG)
+    git(work, "tag", f"upstream-{current.version}", old_commit)
+    git(work, "branch", f"series-{current.version}", WORK_BRANCH)
+    commits = git(work, "rev-list", "--reverse", f"{old_commit}..{WORK_BRANCH}").stdout.split()
+    subjects = [git(work, "log", "-1", "--format=%s", c).stdout.strip() for c in commits]
+    new_commit = commit_release(work, new, new_sdist, old_commit)
+    git(work, "tag", "--force", UPSTREAM_TAG, new_commit)
+    git(work, "tag", f"upstream-{version}", new_commit)
+    # conflicts show the old release's lines too, between `|||||||` and `=======`
+    git(work, "config", "merge.conflictStyle", "diff3")
+    state = {
+        "name": current.name,
+        "old": current.version,
+        "new": version,
+        "sha256": new.sha256,
+        "sha256_given": bool(sha256),
+        "stamp": series_stamp(current, patches),
+        "old_commit": old_commit,
+        "new_commit": new_commit,
+        "patches": [{"name": p.name, "commit": c} for p, c in zip(patches, commits)],
+        "conflicts": {},
+    }
+    write_rebase_state(work, state)
+    if not patches:
+        git(work, "reset", "--quiet", "--hard", new_commit)
+        return state
+    todo = work / ".git" / "fork-rebase-todo"
+    todo.write_text(
+        "".join(
+            f"pick {c} {subject}\nexec git update-ref {DONE_REF}{i:04d} HEAD\n"
+            for i, (c, subject) in enumerate(zip(commits, subjects), 1)
+        ),
+        encoding="utf-8",
+    )
+    # the todo list is ours: one pick per patch, each followed by the line that records its rebased commit
+    env = {"GIT_SEQUENCE_EDITOR": f"cp {shlex.quote(str(todo))}", "GIT_EDITOR": "true"}
+    result = run_git(
+        work, "rebase", "--interactive", "--empty=drop", "--onto", new_commit, old_commit, WORK_BRANCH, env=env
+    )
+    after_rebase_step(work, state, result)
+    return state
+
+
+def in_progress(work: Path) -> bool:
+    return (work / ".git" / "rebase-merge").is_dir()
+
+
+def unmerged_files(work: Path) -> list[str]:
+    return git(work, "diff", "--name-only", "--diff-filter=U").stdout.split()
+
+
+def stopped_at(work: Path, state: dict) -> int | None:
+    """The index of the patch the rebase stopped at with a conflict, or None."""
+    if not in_progress(work):
+        return None
+    head = rev(work, "REBASE_HEAD")
+    return next((i for i, p in enumerate(state["patches"]) if p["commit"] == head), None)
+
+
+def after_rebase_step(work: Path, state: dict, result: subprocess.CompletedProcess) -> None:
+    """Record the conflict the rebase stopped at; a failure that is no conflict is an error."""
+    index = stopped_at(work, state)
+    if index is not None:
+        key = f"{index + 1:04d}"
+        if key not in state["conflicts"]:
+            state["conflicts"][key] = unmerged_files(work)
+            write_rebase_state(work, state)
+        return
+    if result.returncode != 0:
+        raise ForkError(f"git rebase failed in {work}:\n{(result.stderr or result.stdout).strip()}")
+
+
+def diff_applies(work: Path, commit: str, parent: str) -> bool:
+    """Whether the diff of `commit` applies with `git apply` (no merge) to the tree of `parent`."""
+    diff = git(work, "diff", "--binary", "--no-renames", f"{commit}^", commit).stdout
+    with tempfile.TemporaryDirectory(dir=work.parent) as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        if run_git(work, "read-tree", parent, env=env).returncode != 0:
+            return False
+        return run_git(work, "apply", "--cached", "--check", "-", env=env, input=diff).returncode == 0
+
+
+def patch_states(work: Path, state: dict) -> list[PatchState]:
+    stopped = stopped_at(work, state)
+    parent = state["new_commit"]
+    states = []
+    for i, patch in enumerate(state["patches"]):
+        key = f"{i + 1:04d}"
+        conflict = state["conflicts"].get(key)
+        done = rev(work, DONE_REF + key)
+        if done:
+            if done == parent:
+                states.append(
+                    PatchState(patch["name"], "skipped" if conflict is not None else "empty", conflict or [])
+                )
+            elif conflict is not None:
+                states.append(PatchState(patch["name"], "resolved", conflict))
+            else:
+                kind = "applied" if diff_applies(work, patch["commit"], parent) else "merged"
+                states.append(PatchState(patch["name"], kind))
+            parent = done
+        elif i == stopped:
+            states.append(PatchState(patch["name"], "conflict", unmerged_files(work) or conflict or []))
+        else:
+            states.append(PatchState(patch["name"], "pending"))
+    return states
+
+
+def finished(work: Path, states: list[PatchState]) -> bool:
+    return not in_progress(work) and all(s.kind not in ("conflict", "pending") for s in states)
+
+
+def describe(state: PatchState, new: str) -> str:
+    files = ", ".join(state.files) or "?"
+    return {
+        "applied": "applied",
+        "merged": "merged",
+        "conflict": f"conflict: {files}",
+        "resolved": f"resolved (conflict in {files})",
+        "skipped": f"dropped (skipped at its conflict in {files})",
+        "empty": f"dropped (empty on {new}: upstream carries it)",
+        "pending": "pending",
+    }[state.kind]
+
+
+def print_report(work: Path, state: dict) -> bool:
+    """Print one line per patch and the next step; return whether the whole series is on the new release."""
+    states = patch_states(work, state)
+    name, new, old = state["name"], state["new"], state["old"]
+    where = shown(work)
+    width = max((len(s.name) for s in states), default=0)
+    print(f"series on {name} {new} (from {old}), in {where}:")
+    for s in states:
+        print(f"  {s.name:<{width}}  {describe(s, new)}")
+    counts: dict[str, int] = {}
+    for s in states:
+        counts[s.kind] = counts.get(s.kind, 0) + 1
+    print(", ".join(f"{n} {kind}" for kind, n in counts.items()) or "no patches")
+    if finished(work, states):
+        print(
+            f"The whole series is on {name} {new}. Look at it in {where} (`git -C {where} range-diff "
+            f"upstream-{old}..series-{old} upstream..fork` compares it with the old one), then run\n"
+            f"  make rebase-finish UPSTREAM={new}\n"
+            f"to write it into patches/ and pin patches/UPSTREAM to {new} (sha256 {state['sha256']})."
+        )
+        return True
+    conflict = next((s for s in states if s.kind == "conflict"), None)
+    if conflict is None:
+        print(f"The rebase in {where} stopped without a conflict: see `git -C {where} status`.")
+        return False
+    files = " ".join(shlex.quote(f) for f in conflict.files)
+    print(
+        f"Stopped at {conflict.name}: its change and upstream's overlap. The rebase is in progress in {where}.\n"
+        f"  1. Edit {', '.join(conflict.files)} in {where}: between <<<<<<< and ||||||| is {new} with the patches\n"
+        f"     before this one, between ||||||| and ======= {old}, between ======= and >>>>>>> this patch. Keep what\n"
+        f"     both changes mean, remove the markers (`git -C {where} status` also names files upstream deleted).\n"
+        f"  2. git -C {where} add {files}\n"
+        f"  3. make rebase-continue UPSTREAM={new}\n"
+        f"If {new} already does what the patch did, drop it: `git -C {where} rebase --skip`, then step 3.\n"
+        f"To give up: `git -C {where} rebase --abort` and delete {where}; patches/ is unchanged.\n"
+        f"How the pending patches fare, each conflict left out: `make upstream-outlook UPSTREAM={new}`."
+    )
+    return False
+
+
+def rebase(root: Path, version: str, sha256: str | None = None, force: bool = False) -> bool:
+    """`make rebase`: start the rebase in `.fork-rebase/<version>`; return whether it went through without stopping."""
+    work = work_tree(root, version)
+    if work.exists():
+        if not force:
+            raise ForkError(
+                f"{work} exists: continue that rebase with `make rebase-continue UPSTREAM={version}`, or start "
+                f"again (dropping it) with `make rebase UPSTREAM={version} FORCE=1`"
+            )
+        shutil.rmtree(work)
+    state = start(root, version, sha256, work)
+    verified = "verified against the given sha256" if state["sha256_given"] else "computed from the download"
+    log(f"{state['name']} {version} sdist sha256 {state['sha256']} ({verified})")
+    return print_report(work, state)
+
+
+def continue_rebase(root: Path, version: str) -> bool:
+    """`make rebase-continue`: commit the resolved conflict and go on; return whether the series is all on."""
+    work = work_tree(root, version)
+    state = read_rebase_state(work)
+    if in_progress(work):
+        after_rebase_step(work, state, subprocess.CompletedProcess([], 0))
+        unmerged = unmerged_files(work)
+        if unmerged:
+            print_report(work, state)
+            log(f"still unresolved: {', '.join(unmerged)} (edit, then `git -C {shown(work)} add` them)")
+            return False
+        check = git(work, "diff", "--cached", "--check", check=False).stdout
+        markers = [line for line in check.splitlines() if "leftover conflict marker" in line]
+        if markers:
+            raise ForkError(
+                "conflict markers are left in what is staged; remove them and `git add` again:\n" + "\n".join(markers)
+            )
+        result = run_git(work, "rebase", "--continue", env={"GIT_EDITOR": "true"})
+        after_rebase_step(work, state, result)
+    return print_report(work, state)
+
+
+def write_pin(root: Path, version: str, sha256: str) -> None:
+    """Set `version` and `sha256` in `patches/UPSTREAM`, keeping its comments and layout."""
+    path = root / "patches" / "UPSTREAM"
+    text = path.read_text(encoding="utf-8")
+    for key, value in (("version", version), ("sha256", sha256)):
+        text, n = re.subn(rf"^(\s*{key}\s*=\s*)\S*", lambda m, v=value: m[1] + v, text, count=1, flags=re.MULTILINE)
+        if n != 1:
+            raise ForkError(f"{path}: no `{key} = ...` line to update")
+    path.write_text(text, encoding="utf-8")
+
+
+def finish(root: Path, version: str) -> list[str]:
+    """`make rebase-finish`: export the rebased series to `patches/` and pin the new release; return what changed."""
+    work = work_tree(root, version)
+    state = read_rebase_state(work)
+    states = patch_states(work, state)
+    if not finished(work, states):
+        raise ForkError(
+            f"the rebase onto {version} is not through yet (see `make rebase-continue UPSTREAM={version}`)"
+        )
+    current, patches = read_upstream(root), read_series(root)
+    if series_stamp(current, patches) != state["stamp"]:
+        raise ForkError(
+            f"patches/ or patches/UPSTREAM changed since this rebase started; start it again with "
+            f"`make rebase UPSTREAM={version} FORCE=1`"
+        )
+    if git(work, "symbolic-ref", "--quiet", "HEAD", check=False).stdout.strip() != f"refs/heads/{WORK_BRANCH}":
+        raise ForkError(f"{work} is not on its branch `{WORK_BRANCH}`: `git -C {work} checkout {WORK_BRANCH}` first")
+    fork = root / ".fork"
+    if (fork / ".git").is_dir():
+        head = git(fork, "rev-parse", "HEAD", check=False).stdout.strip()
+        if git(fork, "status", "--porcelain").stdout.strip() or head != read_state(fork).get("head"):
+            raise ForkError(
+                f"{fork} holds commits or edits that patches/ does not: export them (`make patches`) and rebase "
+                f"again, or drop them (`make fork FORCE=1`); finishing now would leave them on {current.version}"
+            )
+    # the sdist is verified again (from the cache) against the sha256 that is about to be pinned
+    fetch_sdist(Upstream(state["name"], version, state["sha256"]))
+    changed = export(root, work)
+    write_pin(root, version, state["sha256"])
+    pinned = read_upstream(root)
+    assert (pinned.version, pinned.sha256) == (version, state["sha256"]), pinned
+    return [*changed, "UPSTREAM"]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("version", help="upstream release to rebase onto, e.g. 5.24.0")
-    parser.add_argument("--sha256", help="expected sha256 of that release's sdist")
+    parser.add_argument("--sha256", help="expected sha256 of that release's sdist (verified before use)")
+    parser.add_argument("--force", action="store_true", help="start again, dropping an existing rebase of it")
+    verb = parser.add_mutually_exclusive_group()
+    verb.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
+    verb.add_argument("--finish", action="store_true", help="export the rebased series and pin the release")
     parser.add_argument("--root", type=Path, default=ROOT, help="repository root (default: this checkout)")
     args = parser.parse_args()
-    if not rebase(args.root.resolve(), args.version, args.sha256):
-        log("some patches need rebasing by hand")
-        return 1
-    return 0
+    root = args.root.resolve()
+    if args.finish:
+        changed = finish(root, args.version)
+        state = read_rebase_state(work_tree(root, args.version))
+        log(f"patches/: {', '.join(changed)} changed; patches/UPSTREAM pins {state['name']} {args.version}")
+        if not state["sha256_given"]:
+            log(f"the sha256 {state['sha256']} was computed from the download: compare it with the package index")
+        log("next: `make fork` (rebuilds .fork on the new release), `make check`, `make test`, then commit patches/")
+        return 0
+    if args.cont:
+        return 0 if continue_rebase(root, args.version) else 1
+    return 0 if rebase(root, args.version, args.sha256, args.force) else 1
 
 
 if __name__ == "__main__":
