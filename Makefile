@@ -13,7 +13,11 @@
 #   make patches    regenerate patches/ from the commits in .fork/ (byte-stable)
 #   make check      patches apply (in order, and each alone or on its Depends-on patches), .fork/ == pristine +
 #                   patches, ruff (upstream's settings) on touched files
-#   make rebase UPSTREAM=x.y.z [SHA256=...]   try the series on another release, report per patch
+#   make rebase UPSTREAM=x.y.z [SHA256=...]   rebase the series onto another release in .fork-rebase/x.y.z/
+#                   (three-way merges), one line per patch; stops at a conflict (FORCE=1 starts again)
+#   make rebase-continue UPSTREAM=x.y.z   after resolving a conflict there: go on
+#   make rebase-finish UPSTREAM=x.y.z     once all patches are on it: export patches/, pin patches/UPSTREAM
+#   make upstream-outlook [UPSTREAM=x.y.z]   how the series stands against the newest release (changes nothing)
 #   make bisect     after patches 1..k, the tests of patches 1..k pass (each k, in a scratch tree)
 #   make standalone each patch applies with `git am -3` to pristine alone, or on the patches its `Depends-on:`
 #                   trailers name, and its own tests pass there (ONLY=0005 for one patch)
@@ -25,7 +29,7 @@ VPY := $(VENV)/bin/python
 FORK := PYTHONPATH=utils $(PYTHON) -m forktool
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install fork patches check rebase bisect standalone test test-compile bench bench-quick oracle quality style clean
+.PHONY: install fork patches check rebase rebase-continue rebase-finish upstream-outlook bisect standalone test test-compile bench bench-quick oracle quality style clean
 
 install: $(VENV)/.installed
 
@@ -44,8 +48,19 @@ check: install
 	$(FORK).check
 
 rebase:
-	@test -n "$(UPSTREAM)" || { echo "usage: make rebase UPSTREAM=x.y.z [SHA256=...]"; exit 2; }
-	$(FORK).rebase $(UPSTREAM) $(if $(SHA256),--sha256 $(SHA256))
+	@test -n "$(UPSTREAM)" || { echo "usage: make rebase UPSTREAM=x.y.z [SHA256=...] [FORCE=1]"; exit 2; }
+	$(FORK).rebase $(UPSTREAM) $(if $(SHA256),--sha256 $(SHA256)) $(if $(FORCE),--force)
+
+rebase-continue:
+	@test -n "$(UPSTREAM)" || { echo "usage: make rebase-continue UPSTREAM=x.y.z"; exit 2; }
+	$(FORK).rebase $(UPSTREAM) --continue
+
+rebase-finish:
+	@test -n "$(UPSTREAM)" || { echo "usage: make rebase-finish UPSTREAM=x.y.z"; exit 2; }
+	$(FORK).rebase $(UPSTREAM) --finish
+
+upstream-outlook:
+	$(FORK).outlook $(if $(UPSTREAM),--version $(UPSTREAM))
 
 bisect: install
 	PYTHONPATH=utils $(VPY) -m forktool.bisect -- $(PYTEST_ARGS)
