@@ -176,6 +176,15 @@ def in_progress(work: Path) -> bool:
     return (work / ".git" / "rebase-merge").is_dir()
 
 
+def check_not_aborted(work: Path, state: dict) -> None:
+    """After `git rebase --abort`, the branch is the series on the old release again: nothing to go on with."""
+    on_new = git(work, "merge-base", "--is-ancestor", state["new_commit"], WORK_BRANCH, check=False).returncode == 0
+    if not in_progress(work) and not on_new:
+        raise ForkError(
+            f"the rebase in {shown(work)} was aborted; start again with `make rebase UPSTREAM={state['new']} FORCE=1`"
+        )
+
+
 def unmerged_files(work: Path) -> list[str]:
     return git(work, "diff", "--name-only", "--diff-filter=U").stdout.split()
 
@@ -276,6 +285,11 @@ def print_report(work: Path, state: dict) -> bool:
         )
         return True
     conflict = next((s for s in states if s.kind == "conflict"), None)
+    if conflict is None and not in_progress(work):
+        print(
+            f"The rebase in {where} is not in progress (aborted?): start again with `make rebase UPSTREAM={new} FORCE=1`."
+        )
+        return False
     if conflict is None:
         print(f"The rebase in {where} stopped without a conflict: see `git -C {where} status`.")
         return False
@@ -314,6 +328,7 @@ def continue_rebase(root: Path, version: str) -> bool:
     """`make rebase-continue`: commit the resolved conflict and go on; return whether the series is all on."""
     work = work_tree(root, version)
     state = read_rebase_state(work)
+    check_not_aborted(work, state)
     if in_progress(work):
         after_rebase_step(work, state, subprocess.CompletedProcess([], 0))
         unmerged = unmerged_files(work)
@@ -347,6 +362,7 @@ def finish(root: Path, version: str) -> list[str]:
     """`make rebase-finish`: export the rebased series to `patches/` and pin the new release; return what changed."""
     work = work_tree(root, version)
     state = read_rebase_state(work)
+    check_not_aborted(work, state)
     states = patch_states(work, state)
     if not finished(work, states):
         raise ForkError(

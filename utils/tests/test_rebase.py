@@ -177,8 +177,11 @@ def test_rebase_refuses_what_would_lose_work(toy, capsys):
     with pytest.raises(ForkError, match="holds commits or edits"):
         finish(root, "1.1")
     assert read_upstream(root).version == "1.0"
-    # starting again drops the old work tree
+    # starting again drops the old work tree; after `git rebase --abort` there is nothing to go on with
     assert rebase(root, "1.1", sha, force=True) is False
+    git(work, "rebase", "--abort")
+    with pytest.raises(ForkError, match="was aborted"):
+        continue_rebase(root, "1.1")
 
 
 def test_outlook_reports_and_changes_nothing(toy, capsys, monkeypatch):
