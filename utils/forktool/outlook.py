@@ -1,9 +1,12 @@
 """`make upstream-outlook`: how the series stands against the newest upstream release, changing nothing.
 
-Asks pip for the newest release of the pinned package (`UPSTREAM=x.y.z` names another), then does what `make
-rebase` does in a temporary directory and reports, per patch, whether it `applies` as it is, `merges` in three
-ways, `conflicts` (with the files), or is empty on that release (upstream carries it). To report on every patch,
-a conflicting patch is left out and the ones after it are tried without it. Nothing in the repository changes;
+Asks pip for the newest release of the pinned package (`UPSTREAM=x.y.z` names another), builds in a temporary
+directory what `make rebase` builds (the pinned release with the series, the new release on top of it), and
+picks each patch in turn onto the new release with the three-way merge `git rebase` would make. Reports, per
+patch, whether it `applies` as it is, `merges` in three ways, `conflicts` (with the files), or is empty on that
+release (upstream carries it). To report on every patch, a conflicting patch is left out and the ones after it
+are tried without it; a conflict that also happens on the old release without the patches left out names the
+ones it needs (`needs 0003, left out`), any other is a conflict with upstream's changes. Nothing in the repository changes;
 the release's sdist lands in the sdist cache, its sha256 printed (not verified: nothing pins it yet).
 """
 
@@ -16,8 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .common import ROOT, ForkError, git, log, main_wrapper, pip_error_summary, read_upstream
-from .rebase import after_rebase_step, in_progress, patch_states, run_git, start
+from .common import ROOT, ForkError, log, main_wrapper, pip_error_summary, read_upstream
+from .rebase import forecast, start
 
 
 def newest_version(name: str) -> str:
@@ -39,28 +42,14 @@ def outlook(root: Path, version: str | None = None) -> list[str]:
         return []
     with tempfile.TemporaryDirectory(prefix="fork-outlook-") as tmp:
         work = Path(tmp) / version
-        state = start(root, version, None, work)
-        while in_progress(work):
-            # record the conflict, leave the patch out and go on, to see the patches after it
-            result = run_git(work, "rebase", "--skip", env={"GIT_EDITOR": "true"})
-            after_rebase_step(work, state, result)
-        states = patch_states(work, state)
-        touched = [
-            set(git(work, "diff", "--name-only", f"{p['commit']}^", p["commit"]).stdout.split())
-            for p in state["patches"]
-        ]
+        state = start(root, version, None, work, run=False)
+        states = forecast(work, state, 0, state["new_commit"], [])
     labels = {"applied": "applies", "merged": "merges", "empty": f"empty on {version} (upstream carries it)"}
     width = max((len(s.name) for s in states), default=0)
     lines = []
-    for i, s in enumerate(states):
-        if s.kind == "skipped":
-            # a conflict may come from an earlier patch left out rather than from upstream: name those
-            left_out = [
-                states[j].name[:4] for j in range(i) if states[j].kind == "skipped" and touched[j] & set(s.files)
-            ]
-            label = f"conflicts: {', '.join(s.files)}" + (
-                f" (also changed by {', '.join(left_out)}, left out)" if left_out else ""
-            )
+    for s in states:
+        if s.kind == "conflict":
+            label = f"conflicts: {', '.join(s.files)}" + (f" ({s.note})" if s.note else "")
         else:
             label = labels[s.kind]
         lines.append(f"{s.name:<{width}}  {label}")
@@ -69,10 +58,10 @@ def outlook(root: Path, version: str | None = None) -> list[str]:
     )
     for line in lines:
         print(f"  {line}")
-    counts = {kind: sum(s.kind == kind for s in states) for kind in ("applied", "merged", "skipped", "empty")}
+    counts = {kind: sum(s.kind == kind for s in states) for kind in ("applied", "merged", "conflict", "empty")}
     print(
-        f"{counts['applied']} apply, {counts['merged']} merge, {counts['skipped']} conflict, {counts['empty']} empty"
-        + (" (each patch after a conflict was tried without the conflicting ones)" if counts["skipped"] else "")
+        f"{counts['applied']} apply, {counts['merged']} merge, {counts['conflict']} conflict, {counts['empty']} empty"
+        + (" (each patch after a conflict was tried without the conflicting ones)" if counts["conflict"] else "")
     )
     print(f"To move the series: make rebase UPSTREAM={version} SHA256=<sha256 from the package index>")
     return lines

@@ -8,11 +8,11 @@ changed is merged in three ways, and what stops the rebase is a real conflict wi
 
 One line per patch: `applied` (its diff applies to the new base as it is), `merged` (it needed the three-way
 merge), `conflict: <files>` (the rebase stopped there, with the conflict in the work tree), `resolved`, `dropped`
-(it became empty: upstream carries it; or it was skipped), `pending` (after a conflict). After resolving a
-conflict, `make rebase-continue UPSTREAM=<version>` goes on. Once every patch is on the new release, `make
-rebase-finish UPSTREAM=<version>` exports the series to `patches/` (as `make patches` does) and pins
-`patches/UPSTREAM` to the new release and its sdist's sha256. Everything the verbs need between runs is kept
-in the work tree's `.git`.
+(it became empty: upstream carries it; or it was skipped), `pending` (after a conflict, with a forecast of
+what picking it now would do, each conflicting patch left out). After resolving a conflict, `make
+rebase-continue UPSTREAM=<version>` goes on. Once every patch is on the new release, `make rebase-finish
+UPSTREAM=<version>` exports the series to `patches/` (as `make patches` does) and pins `patches/UPSTREAM` to the
+new release and its sdist's sha256. Everything the verbs need between runs is kept in the work tree's `.git`.
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ class PatchState:
     name: str
     kind: str  # applied, merged, conflict, resolved, skipped, empty, pending
     files: list[str] = field(default_factory=list)
+    note: str = ""  # for a forecast conflict: the patches left out that change the same files
+    forecast: PatchState | None = None  # for a pending patch: what picking it would do (see `forecast`)
 
 
 def work_tree(root: Path, version: str) -> Path:
@@ -110,8 +112,8 @@ def commit_release(work: Path, upstream: Upstream, sdist: Path, parent: str) -> 
     return git(work, "commit-tree", result.stdout.strip(), "-p", parent, "-m", message).stdout.strip()
 
 
-def start(root: Path, version: str, sha256: str | None, work: Path) -> dict:
-    """Build `work` and start the rebase there; return its state (the rebase may have stopped at a conflict)."""
+def start(root: Path, version: str, sha256: str | None, work: Path, run: bool = True) -> dict:
+    """Build `work` and, if `run`, start the rebase there; return its state (it may have stopped at a conflict)."""
     current = read_upstream(root)
     if version == current.version:
         raise ForkError(f"the series is on {current.name} {version} already")
@@ -152,6 +154,8 @@ def start(root: Path, version: str, sha256: str | None, work: Path) -> dict:
         "conflicts": {},
     }
     write_rebase_state(work, state)
+    if not run:
+        return state
     if not patches:
         git(work, "reset", "--quiet", "--hard", new_commit)
         return state
@@ -243,6 +247,66 @@ def patch_states(work: Path, state: dict) -> list[PatchState]:
             states.append(PatchState(patch["name"], "conflict", unmerged_files(work) or conflict or []))
         else:
             states.append(PatchState(patch["name"], "pending"))
+    if stopped is not None:
+        ahead = forecast(work, state, stopped + 1, git(work, "rev-parse", "HEAD").stdout.strip(), [stopped])
+        for pending, then in zip(states[stopped + 1 :], ahead):
+            pending.forecast = then
+    return states
+
+
+def forecast(work: Path, state: dict, first: int, tip: str, left_out: list[int]) -> list[PatchState]:
+    """What picking the patches from index `first` onto the commit `tip` would do, each conflicting one left out.
+
+    Each pick is the three-way merge `git rebase` makes (the patch's parent as the base), done by `git merge-tree`
+    on objects only: neither the work tree nor a branch changes. `left_out` are patches already left out. A
+    conflict is also tried on the old release with the same patches left out: when it conflicts there too, it
+    needs a patch left out (named in its note) rather than conflicting with upstream alone.
+    """
+    patches, left_out = state["patches"], list(left_out)
+
+    def commit_tree(tree: str, *parents: str) -> str:
+        args = [arg for parent in parents for arg in ("-p", parent)]
+        return git(work, "commit-tree", tree, *args, "-m", "forecast").stdout.strip()
+
+    def pick(tip: str, i: int) -> tuple[str | None, list[str]]:
+        """Pick patch `i` onto `tip`: (the new tip, or None when the patch is empty there; conflicting files)."""
+        commit = patches[i]["commit"]
+        base = commit_tree(f"{commit}^^{{tree}}")
+        ours, theirs = commit_tree(f"{tip}^{{tree}}", base), commit_tree(f"{commit}^{{tree}}", base)
+        merge = git(work, "merge-tree", "--write-tree", "--name-only", "--no-messages", ours, theirs, check=False)
+        lines = [line for line in merge.stdout.splitlines() if line]
+        if merge.returncode not in (0, 1):
+            raise ForkError(f"git merge-tree failed in {work}:\n{merge.stderr.strip()}")
+        if merge.returncode == 1:
+            return tip, lines[1:]
+        if lines[0] == git(work, "rev-parse", f"{tip}^{{tree}}").stdout.strip():
+            return None, []
+        return commit_tree(lines[0], tip), []
+
+    def files_of(i: int) -> set[str]:
+        commit = patches[i]["commit"]
+        return set(git(work, "diff", "--name-only", "--no-renames", f"{commit}^", commit).stdout.split())
+
+    old_tip = state["old_commit"]  # the old release with the patches not left out, for a conflict's cause
+    for i in range(first):
+        if i not in left_out:
+            old_tip = pick(old_tip, i)[0] or old_tip
+    states = []
+    for i in range(first, len(patches)):
+        name = patches[i]["name"]
+        new_tip, files = pick(tip, i)
+        old_pick, old_files = pick(old_tip, i)
+        if files:
+            needs = [patches[j]["name"][:4] for j in left_out if files_of(j) & set(files)] if old_files else []
+            states.append(PatchState(name, "conflict", files, f"needs {', '.join(needs)}, left out" if needs else ""))
+            left_out.append(i)
+            continue
+        old_tip = old_pick or old_tip
+        if new_tip is None:
+            states.append(PatchState(name, "empty"))
+        else:
+            states.append(PatchState(name, "applied" if diff_applies(work, patches[i]["commit"], tip) else "merged"))
+            tip = new_tip
     return states
 
 
@@ -250,8 +314,15 @@ def finished(work: Path, states: list[PatchState]) -> bool:
     return not in_progress(work) and all(s.kind not in ("conflict", "pending") for s in states)
 
 
+FORECAST_WORDS = {"applied": "apply", "merged": "merge", "conflict": "conflict", "empty": "be empty"}
+
+
 def describe(state: PatchState, new: str) -> str:
     files = ", ".join(state.files) or "?"
+    if state.kind == "pending" and state.forecast:
+        then = state.forecast
+        detail = f": {', '.join(then.files)}" + (f" ({then.note})" if then.note else "") if then.files else ""
+        return f"pending; would {FORECAST_WORDS[then.kind]}{detail}"
     return {
         "applied": "applied",
         "merged": "merged",
@@ -275,7 +346,15 @@ def print_report(work: Path, state: dict) -> bool:
     counts: dict[str, int] = {}
     for s in states:
         counts[s.kind] = counts.get(s.kind, 0) + 1
-    print(", ".join(f"{n} {kind}" for kind, n in counts.items()) or "no patches")
+    ahead: dict[str, int] = {}
+    for s in states:
+        if s.forecast:
+            ahead[s.forecast.kind] = ahead.get(s.forecast.kind, 0) + 1
+    forecast_counts = ", ".join(f"{n} {FORECAST_WORDS[kind]}" for kind, n in ahead.items())
+    print(
+        ", ".join(f"{n} {kind}" for kind, n in counts.items()) + (f" (would: {forecast_counts})" if ahead else "")
+        or "no patches"
+    )
     if finished(work, states):
         print(
             f"The whole series is on {name} {new}. Look at it in {where} (`git -C {where} range-diff "
@@ -303,7 +382,7 @@ def print_report(work: Path, state: dict) -> bool:
         f"  3. make rebase-continue UPSTREAM={new}\n"
         f"If {new} already does what the patch did, drop it: `git -C {where} rebase --skip`, then step 3.\n"
         f"To give up: `git -C {where} rebase --abort` and delete {where}; patches/ is unchanged.\n"
-        f"How the pending patches fare, each conflict left out: `make upstream-outlook UPSTREAM={new}`."
+        f"(`would ...` after `pending`: a forecast from picking the pending patches now, each conflict left out.)"
     )
     return False
 

@@ -109,9 +109,10 @@ def test_conflict_stops_then_continue_and_finish(toy, capsys):
     assert patch_lines(out) == [
         "0001-Set-v5.patch applied",
         f"0002-Set-v20.patch conflict: {VALUES}",
-        "0003-Set-v24.patch pending",
-        "0004-Set-v28.patch pending",
+        "0003-Set-v24.patch pending; would apply",  # a forecast, from picking it now
+        "0004-Set-v28.patch pending; would be empty",
     ]
+    assert "1 applied, 1 conflict, 2 pending (would: 1 apply, 1 be empty)" in out
     assert "make rebase-continue UPSTREAM=1.1" in out and f"git -C .fork-rebase/1.1 add {VALUES}" in out
     work = root / ".fork-rebase" / "1.1"
     conflicted = (work / VALUES).read_text(encoding="utf-8")
@@ -192,6 +193,7 @@ def test_outlook_reports_and_changes_nothing(toy, capsys, monkeypatch):
         ("Set v20", "v20 = 20", "v20 = 200"),
         ("Set v10", "v10 = 10", "v10 = 100"),
         ("Raise v20", "v20 = 200", "v20 = 201"),  # made on the conflicting patch, tried without it: a conflict too
+        ("Set v12", "v12 = 12", "v12 = 120"),  # a conflict with upstream alone, in the file 0002 changes too
         ("Set v28", "v28 = 28", "v28 = 280"),
     )
     before = snapshot(root)
@@ -200,9 +202,10 @@ def test_outlook_reports_and_changes_nothing(toy, capsys, monkeypatch):
         "0001-Set-v5.patch applies",
         f"0002-Set-v20.patch conflicts: {VALUES}",
         "0003-Set-v10.patch merges",
-        f"0004-Raise-v20.patch conflicts: {VALUES} (also changed by 0002, left out)",
-        "0005-Set-v28.patch empty on 1.1 (upstream carries it)",
+        f"0004-Raise-v20.patch conflicts: {VALUES} (needs 0002, left out)",
+        f"0005-Set-v12.patch conflicts: {VALUES}",
+        "0006-Set-v28.patch empty on 1.1 (upstream carries it)",
     ]
-    assert "1 apply, 1 merge, 2 conflict, 1 empty" in capsys.readouterr().out
+    assert "1 apply, 1 merge, 3 conflict, 1 empty" in capsys.readouterr().out
     assert snapshot(root) == before
     assert not (root / ".fork-rebase").exists()
