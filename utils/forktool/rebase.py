@@ -59,7 +59,7 @@ class PatchState:
     name: str
     kind: str  # applied, merged, conflict, resolved, skipped, empty, pending
     files: list[str] = field(default_factory=list)
-    note: str = ""  # for a forecast conflict: the patches left out that change the same files
+    note: str = ""  # for a forecast conflict: the patches left out that it needs
     forecast: PatchState | None = None  # for a pending patch: what picking it would do (see `forecast`)
 
 
@@ -248,7 +248,8 @@ def patch_states(work: Path, state: dict) -> list[PatchState]:
         else:
             states.append(PatchState(patch["name"], "pending"))
     if stopped is not None:
-        ahead = forecast(work, state, stopped + 1, git(work, "rev-parse", "HEAD").stdout.strip(), [stopped])
+        left_out = [i for i, s in enumerate(states) if s.kind == "skipped"] + [stopped]
+        ahead = forecast(work, state, stopped + 1, git(work, "rev-parse", "HEAD").stdout.strip(), left_out)
         for pending, then in zip(states[stopped + 1 :], ahead):
             pending.forecast = then
     return states
