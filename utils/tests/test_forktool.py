@@ -1,4 +1,4 @@
-"""Tests of the fork tooling itself (materialize, export, check, rebase, standalone, install), on scratch copies of
+"""Tests of the fork tooling itself (materialize, export, check, standalone, install), on scratch copies of
 the repo."""
 
 import importlib.metadata
@@ -22,7 +22,6 @@ from forktool.common import (
 )
 from forktool.export import export
 from forktool.materialize import materialize
-from forktool.rebase import rebase
 from forktool.standalone import read_mail, standalone
 
 
@@ -218,22 +217,6 @@ def test_wrong_pin_is_refused(sdist):
     wrong = Upstream(pinned.name, pinned.version, "0" * 64)
     with pytest.raises(ForkError, match="refusing"):
         fetch_sdist(wrong, cache=sdist.parents[1])
-
-
-def test_rebase_reports_per_patch(fork_root, capsys):
-    work = make_one_patch(fork_root)
-    commit_edit(work, CACHE_FILE, "class StaticLayer(", "class StaticLayer(  ", "Second change")
-    export(fork_root)
-    first = read_series(fork_root)[0]
-    # make the first patch's context stale, as a new release would
-    first.write_text(
-        first.read_text(encoding="utf-8").replace("class DynamicLayer(", "class OtherLayer("), encoding="utf-8"
-    )
-    assert rebase(fork_root, read_upstream(fork_root).version) is False
-    out = capsys.readouterr().out
-    assert re.search(r"^  0001-Mark-DynamicLayer.patch +FAILED$", out, re.MULTILINE), out
-    assert re.search(r"^  0002-Second-change.patch +applied$", out, re.MULTILINE), out
-    assert "1/2 patches applied" in out
 
 
 def test_installed_distribution_is_the_fork():
