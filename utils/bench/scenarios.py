@@ -39,7 +39,14 @@ LEFT_PADDING = 3  # the first row of the batch is left padded by this many token
 # Scenario sizes: (quick, full)
 SIZES = {
     "quick": {"new_tokens": 8, "repeats": 3, "limit_calls": 20, "recompile_steps": 6, "flush_steps": 8, "calls": 3},
-    "full": {"new_tokens": 32, "repeats": 5, "limit_calls": 200, "recompile_steps": 16, "flush_steps": 12, "calls": 5},
+    "full": {
+        "new_tokens": 32,
+        "repeats": 11,
+        "limit_calls": 200,
+        "recompile_steps": 16,
+        "flush_steps": 12,
+        "calls": 5,
+    },
 }
 SCENARIOS = ["decode", "calls", "recompiles", "tracing", "mask_matrix"]
 MODELS = {"quick": ["gpt2"], "full": ["gpt2", "llama"]}
@@ -146,7 +153,8 @@ def generation_config(new_tokens: int, static_cache: bool, generate_compiles: bo
 
 
 class TimedForward:
-    """Wraps a (compiled) forward: times each call, and records the attention mask's shape and address."""
+    """Wraps a (compiled) forward: times each call (wall and CPU time), and records the attention mask's shape and
+    address."""
 
     def __init__(self, forward, synchronize: bool):
         self.forward = forward
@@ -154,13 +162,15 @@ class TimedForward:
         # `model.forward = torch.compile(model.forward)`
         self.__wrapped__ = forward
         self.synchronize = synchronize
-        self.calls: list[tuple[float, float]] = []  # (start, duration) per call
+        self.calls: list[tuple[float, float]] = []  # (start, duration) per call, wall time
+        self.cpu_calls: list[tuple[float, float]] = []  # the same in the process's CPU time
         self.mask_shapes: list[tuple[int, ...] | None] = []
         self.mask_addresses: list[int | None] = []
         self.last_call = None
 
     def reset(self) -> None:
         self.calls.clear()
+        self.cpu_calls.clear()
         self.mask_shapes.clear()
         self.mask_addresses.clear()
 
@@ -170,11 +180,13 @@ class TimedForward:
         self.mask_shapes.append(tuple(mask.shape) if is_tensor else None)
         self.mask_addresses.append(mask.data_ptr() if is_tensor else None)
         self.last_call = (args, kwargs)
+        cpu_start = time.process_time()
         start = time.perf_counter()
         output = self.forward(*args, **kwargs)
         if self.synchronize:
             torch.cuda.synchronize()
         self.calls.append((start, time.perf_counter() - start))
+        self.cpu_calls.append((cpu_start, time.process_time() - cpu_start))
         return output
 
 
@@ -263,16 +275,40 @@ def _generated_code() -> dict[str, int] | None:
     return {str(path): path.stat().st_size for path in paths}
 
 
+def _segments(call_start: float, total: float, calls: list[tuple[float, float]]) -> dict[str, list[float]]:
+    """One `generate` call cut at its forwards, in ms: `forward` (each forward, the prefill first) and `host` (the
+    time before the first forward, between each forward and the next, and after the last: one more than the
+    forwards). Their sum is the call's time; the driver takes each segment's fastest over the calls (the floor)."""
+    ends = [start + duration for start, duration in calls]
+    marks = [call_start, *(point for start, end in zip([s for s, _ in calls], ends) for point in (start, end))]
+    marks.append(call_start + total)
+    host = [1e3 * (b - a) for a, b in zip(marks[0::2], marks[1::2])]
+    return {"forward": [round(1e3 * d, 5) for _, d in calls], "host": [round(h, 5) for h in host]}
+
+
+def _cache_is_empty() -> bool | None:
+    """Whether this process's inductor cache (`TORCHINDUCTOR_CACHE_DIR`) holds no file yet (None when unset): its
+    first compilation of each model is then a cold one."""
+    cache_dir = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not cache_dir:
+        return None
+    return not any(path.is_file() for path in Path(cache_dir).rglob("*"))
+
+
 # ---- 1 and 3: decode loop and compile cost -------------------------------------------------------------------
 
 
-def decode(name: str, device: str, mode: str, sizes: dict) -> dict:
+def decode(name: str, device: str, mode: str, sizes: dict, cold_cache: bool | None = None) -> dict:
     """`generate` with a static cache and `model.forward = torch.compile(model.forward)`; times inside and around it.
 
-    The first call is the compile cost (dynamo reset first, a fresh inductor cache per process); one more call warms
-    up, then `repeats` calls are timed. Per call: ms per new token, ms per token inside the compiled forward, the rest
-    (host), the prefill forward and the median decode forward, and the latency of each decode step (from the start
-    of one decode forward to the start of the next: the last one, which has no next, is not a step). Then the compiled forward alone, replayed on the last decode step's inputs: the limit.
+    The first call is the compile cost (dynamo reset first; a cold one when the process's inductor cache is empty);
+    one more call warms up, then `repeats` calls are timed, each in wall time and in the process's CPU time (which
+    does not grow while the process waits for a core). Per call: ms per new token, ms per token inside the compiled
+    forward, the rest (host), the prefill forward and the median decode forward, and the latency of each decode step
+    (from the start of one decode forward to the start of the next: the last one, which has no next, is not a step).
+    The process's figure of each timing is its median over the calls; every call's steps are kept (`timed_step_ms`)
+    for the driver's stall check. Then the compiled forward alone, replayed on the last decode step's inputs: the
+    limit.
     """
     new_tokens = sizes["new_tokens"]
     torch._dynamo.reset()
@@ -284,22 +320,25 @@ def decode(name: str, device: str, mode: str, sizes: dict) -> dict:
     model.forward = timer
     config = generation_config(new_tokens, static_cache=True)
 
-    def run() -> float:
+    def run() -> tuple[float, float, float]:
         _sync(device)
+        cpu_start = time.process_time()
         start = time.perf_counter()
         model.generate(input_ids, attention_mask=mask, generation_config=config)
         _sync(device)
-        return time.perf_counter() - start
+        end = time.perf_counter()
+        return end - start, time.process_time() - cpu_start, start
 
     with cudagraph_recordings(device) as recordings:
         code_before = _generated_code()
         cpu_start = _cpu_seconds()
-        first = run()
+        first, _, _ = run()
         compile_cost = {
             "first_generate_s": first,
             "first_generate_cpu_s": _cpu_seconds() - cpu_start,
             "first_forward_s": timer.calls[0][1],
             "graphs": counters["stats"]["unique_graphs"],
+            "cold_cache": cold_cache,
             "generated_files": None,
             "generated_kb": None,
         }
@@ -312,26 +351,31 @@ def decode(name: str, device: str, mode: str, sizes: dict) -> dict:
         runs = []
         for _ in range(sizes["repeats"]):
             timer.reset()
-            total = run()
+            total, cpu_total, call_start = run()
             inside = sum(duration for _, duration in timer.calls)
+            cpu_inside = sum(duration for _, duration in timer.cpu_calls)
             starts = [start for start, _ in timer.calls]
-            steps = [b - a for a, b in zip(starts[1:], starts[2:])]
+            cpu_starts = [start for start, _ in timer.cpu_calls]
             runs.append(
                 {
                     "ms_per_token": 1e3 * total / new_tokens,
+                    "cpu_ms_per_token": 1e3 * cpu_total / new_tokens,
                     "forward_ms_per_token": 1e3 * inside / new_tokens,
                     "host_ms_per_token": 1e3 * (total - inside) / new_tokens,
+                    "host_cpu_ms_per_token": 1e3 * (cpu_total - cpu_inside) / new_tokens,
                     "prefill_forward_ms": 1e3 * timer.calls[0][1],
                     "decode_forward_ms": 1e3 * _median([duration for _, duration in timer.calls[1:]]),
-                    "step_ms": [1e3 * s for s in steps],
+                    "step_ms": [1e3 * (b - a) for a, b in zip(starts[1:], starts[2:])],
+                    "step_cpu_ms": [1e3 * (b - a) for a, b in zip(cpu_starts[1:], cpu_starts[2:])],
                     "forward_calls": len(timer.calls),
+                    "segments_ms": _segments(call_start, total, timer.calls),
                 }
             )
         # The static cache writes at its own running position: reset it (in place, outside the timing) before each
         # replay, so that every replay writes at a valid position with the same shapes and addresses.
         args, kwargs = timer.last_call
         cache = kwargs["past_key_values"]
-        limit = []
+        limit, limit_cpu = [], []
         with torch.no_grad():
             for _ in range(3):
                 cache.reset()
@@ -339,24 +383,34 @@ def decode(name: str, device: str, mode: str, sizes: dict) -> dict:
             for _ in range(sizes["limit_calls"]):
                 cache.reset()
                 _sync(device)
+                cpu_start = time.process_time()
                 start = time.perf_counter()
                 compiled(*args, **kwargs)
                 _sync(device)
                 limit.append(time.perf_counter() - start)
+                limit_cpu.append(time.process_time() - cpu_start)
     median_run = sorted(runs, key=lambda r: r["ms_per_token"])[len(runs) // 2]
     result = {
         key: _median([r[key] for r in runs])
         for key in (
             "ms_per_token",
+            "cpu_ms_per_token",
             "forward_ms_per_token",
             "host_ms_per_token",
+            "host_cpu_ms_per_token",
             "prefill_forward_ms",
             "decode_forward_ms",
         )
     }
     result.update(
         forward_alone_ms=1e3 * _median(limit),
+        forward_alone_cpu_ms=1e3 * _median(limit_cpu),
+        forward_alone_fastest_ms=1e3 * min(limit),
         step_ms=median_run["step_ms"],
+        step_cpu_ms=median_run["step_cpu_ms"],
+        timed_ms_per_token=[round(r["ms_per_token"], 5) for r in runs],
+        timed_step_ms=[[round(step, 5) for step in r["step_ms"]] for r in runs],
+        timed_segments_ms=[r["segments_ms"] for r in runs],
         forward_calls=median_run["forward_calls"],
         decode_mask_shapes=len(set(timer.mask_shapes[1:])),
         decode_mask_addresses=len(set(timer.mask_addresses[1:])),
@@ -654,6 +708,7 @@ def run_side(side: str, quick: bool, device: str, only: list[str] | None = None)
     mode = "reduce-overhead" if device == "cuda" else "default"
     selected = only or SCENARIOS
     started = time.perf_counter()
+    cold_cache = _cache_is_empty()
     result = {
         "side": side,
         "transformers_file": transformers.__file__,
@@ -665,33 +720,55 @@ def run_side(side: str, quick: bool, device: str, only: list[str] | None = None)
         "quick": quick,
         "static_attention_mask_available": has_static_attention_mask(),
         "inductor_cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
+        "inductor_cache_cold": cold_cache,
+        "torch_threads": torch.get_num_threads(),
         "scenarios": {},
     }
     scenarios = result["scenarios"]
+    timings = result["scenario_wall_s"] = {}  # where the run's time goes
+
+    def timed(name: str, measure):
+        start = time.perf_counter()
+        scenarios[name] = measure()
+        timings[name] = time.perf_counter() - start
+
     if "decode" in selected:
+        start = time.perf_counter()
         scenarios["decode"], scenarios["compile_cost"] = {}, {}
         for name in MODELS[size]:
-            measured = guarded(decode, name, device, mode, sizes)
+            measured = guarded(decode, name, device, mode, sizes, cold_cache)
             scenarios["decode"][name] = measured.get("decode", measured)
             scenarios["compile_cost"][name] = measured.get("compile_cost", measured)
+        timings["decode"] = time.perf_counter() - start
     if "calls" in selected:
-        scenarios["calls"] = {name: guarded(calls, name, device, mode, sizes) for name in MODELS[size]}
+        timed("calls", lambda: {name: guarded(calls, name, device, mode, sizes) for name in MODELS[size]})
     if "recompiles" in selected:
-        scenarios["recompiles"] = {
-            name: {
-                config: guarded(recompiles, name, device, config, sizes["recompile_steps"])
-                for config in RECOMPILE_CONFIGS
-            }
-            for name in MODELS[size]
-        }
+        timed(
+            "recompiles",
+            lambda: {
+                name: {
+                    config: guarded(recompiles, name, device, config, sizes["recompile_steps"])
+                    for config in RECOMPILE_CONFIGS
+                }
+                for name in MODELS[size]
+            },
+        )
     if "tracing" in selected:
-        traced = guarded(tracing, device, sizes["flush_steps"])
-        scenarios["tracing"] = dict.fromkeys(TRACING_CASES, traced) if "status" in traced else traced
+
+        def traced():
+            found = guarded(tracing, device, sizes["flush_steps"])
+            return dict.fromkeys(TRACING_CASES, found) if "status" in found else found
+
+        timed("tracing", traced)
     if "mask_matrix" in selected:
-        matrix = guarded(mask_matrix, device)
-        if "status" in matrix:
-            matrix = {_path_name(*path): dict.fromkeys(MASK_KINDS, matrix["status"]) for path in MASK_PATHS}
-        scenarios["mask_matrix"] = matrix
+
+        def matrix():
+            found = guarded(mask_matrix, device)
+            if "status" in found:
+                found = {_path_name(*path): dict.fromkeys(MASK_KINDS, found["status"]) for path in MASK_PATHS}
+            return found
+
+        timed("mask_matrix", matrix)
     result["wall_s"] = time.perf_counter() - started
     return result
 
@@ -703,10 +780,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--only", default=None, help="comma-separated scenarios (default: all)")
+    parser.add_argument("--threads", type=int, default=None, help="torch's intra-op threads (default: torch's own)")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("bench: --device cuda, but torch.cuda.is_available() is False", file=sys.stderr)
         return 2
+    if args.threads:
+        # before anything compiles: inductor's C++ kernels are generated for this many threads
+        torch.set_num_threads(args.threads)
     print(f"[bench:{args.side}] transformers from {transformers.__file__}", flush=True)
     only = args.only.split(",") if args.only else None
     result = run_side(args.side, args.quick, args.device, only)
