@@ -4,6 +4,7 @@
 #   make test       installs when needed, runs `make check`, then every test (pytest -n 2)
 #   make test-compile   only the tests marked `compile`
 #   make bench      the main job: the fork against pristine upstream side by side (table, JSON, plot; utils/bench/README.md)
+#   make bench-long     the same plus a cold compile in every run and the consecutive calls (much longer)
 #   make bench-quick    the same, smaller (BENCH_ARGS adds options, e.g. BENCH_ARGS="--device cuda")
 #   make oracle     every causal-LM architecture as a tiny model, pristine vs the fork, tokens and scores compared
 #                   exactly (about a minute; ORACLE_ARGS="--only gpt2,llama" for some)
@@ -29,7 +30,7 @@ VPY := $(VENV)/bin/python
 FORK := PYTHONPATH=utils $(PYTHON) -m forktool
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install fork patches check rebase rebase-continue rebase-finish upstream-outlook bisect standalone test test-compile bench bench-quick oracle quality style clean
+.PHONY: install fork patches check rebase rebase-continue rebase-finish upstream-outlook bisect standalone test test-compile bench bench-long bench-quick oracle quality style clean
 
 install: $(VENV)/.installed
 
@@ -78,6 +79,9 @@ test-compile: install
 
 bench: install
 	PYTHONPATH=utils $(VPY) -m bench $(BENCH_ARGS)
+
+bench-long: install
+	PYTHONPATH=utils $(VPY) -m bench --long $(BENCH_ARGS)
 
 bench-quick: install
 	PYTHONPATH=utils $(VPY) -m bench --quick $(BENCH_ARGS)

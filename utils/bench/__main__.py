@@ -1,9 +1,11 @@
 """`python -m bench` (`make bench`): the fork against pristine upstream, side by side, in one run.
 
 Runs `bench.scenarios` in one process per tree and repetition, alternating (upstream, fork, upstream, fork...),
-with this interpreter and `PYTHONPATH` set to the tree's `src`; each process gets a fresh inductor cache so that the
-compile cost is a cold one. Writes `results.json`, `decode.png`, the sides' raw results and logs into the output
-folder, prints the table, and names the folder in its last line.
+with this interpreter, `PYTHONPATH` set to the tree's `src` and one torch thread. The first run of each tree compiles
+with a cold inductor cache (the compile cost) and runs every scenario; the later ones time the decode loop again on
+that tree's warm cache. A run whose decode steps stalled (the process was descheduled) is run again, within a
+budget, and said so. Writes `results.json`, `decode.png`, the runs' raw results and logs into the output folder,
+prints the table, and names the folder and the run's duration in its last line.
 """
 
 from __future__ import annotations
@@ -27,6 +29,14 @@ from .trees import fork_tree, pristine_tree
 
 
 SCENARIOS = ("decode", "calls", "recompiles", "tracing", "mask_matrix")  # as bench.scenarios.SCENARIOS
+LONG_SCENARIOS = ("calls",)  # run with --long (or --quick, or when named in --only)
+REPEATED = ("decode", "calls")  # timed again in every run; the others are counts and matrices, run once per tree
+RERUNS_PER_RUN = 2  # a run is run again at most this many times after stalls
+# Rough durations of a run, in seconds of one core to itself, for the first line's estimate: a tree's first run (a
+# cold compile of both models, then every scenario), a later run (decode on a warm cache, and a rerun), with --long a
+# run (cold compile, decode, consecutive calls), with --quick a run. From the project's run of 2026-12-01 14:08 on 2
+# busy cores, each run's wall time divided by (load + 1) / cores; the estimate multiplies them back by that factor.
+ESTIMATE_S = {"first": 75.0, "later": 9.0, "long": 65.0, "quick": 45.0}
 
 
 class BenchError(Exception):
@@ -36,19 +46,38 @@ class BenchError(Exception):
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller scenarios, GPT2 only, one run per tree")
+    parser.add_argument(
+        "--long",
+        action="store_true",
+        help="the long scenarios too: a cold compile in every run (the compile cost over all runs) and the "
+        "consecutive generate calls (make bench-long)",
+    )
     parser.add_argument("--reps", type=int, default=None, help="runs per tree (default: 5, or 1 with --quick)")
+    parser.add_argument(
+        "--reruns",
+        type=int,
+        default=None,
+        help="at most this many runs are run again after their decode stalled (default: 3, or 0 with --quick)",
+    )
+    parser.add_argument("--threads", type=int, default=1, help="torch's threads in each run (default: 1)")
     parser.add_argument(
         "--device", default="cpu", choices=["cpu", "cuda"], help='cuda: compile with mode="reduce-overhead"'
     )
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: bench-out/<timestamp>/)")
     parser.add_argument(
-        "--only", default=None, help=f"comma-separated scenarios among {', '.join(SCENARIOS)} (default: all)"
+        "--only",
+        default=None,
+        help=f"comma-separated scenarios among {', '.join(SCENARIOS)} (default: all but calls, which --long adds)",
     )
     args = parser.parse_args(argv)
     if args.reps is None:
         args.reps = 1 if args.quick else 5
+    if args.reruns is None:
+        args.reruns = 0 if args.quick else 3
     if args.reps < 1:
         parser.error("--reps must be at least 1")
+    if args.reruns < 0 or args.threads < 1:
+        parser.error("--reruns must be at least 0 and --threads at least 1")
     if args.only:
         unknown = set(args.only.split(",")) - set(SCENARIOS)
         if unknown:
@@ -56,17 +85,59 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def side_command(side: str, src: Path, json_path: Path, args: argparse.Namespace) -> tuple[list[str], dict]:
+def selected_scenarios(args: argparse.Namespace) -> list[str]:
+    """The scenarios of the run: `--only`'s, else all but the long ones (all with --long or --quick)."""
+    if args.only:
+        return [name for name in SCENARIOS if name in args.only.split(",")]
+    return [name for name in SCENARIOS if args.long or args.quick or name not in LONG_SCENARIOS]
+
+
+def run_plan(args: argparse.Namespace) -> list[tuple[int, str, list[str]]]:
+    """(rep, side, scenarios) of each run, in order: every scenario in a tree's first run, then only the timed ones
+    (decode, and calls where selected); no later runs when nothing timed is selected."""
+    scenarios = selected_scenarios(args)
+    repeated = [name for name in scenarios if name in REPEATED]
+    plan = []
+    for rep in range(args.reps):
+        for side in report.SIDES:
+            if rep == 0 or repeated:
+                plan.append((rep, side, scenarios if rep == 0 else repeated))
+    return plan
+
+
+def run_kind(rep: int, args: argparse.Namespace) -> str:
+    """The kind of a run, as ESTIMATE_S names them."""
+    if args.quick or args.long:
+        return "quick" if args.quick else "long"
+    return "first" if rep == 0 else "later"
+
+
+def estimate_s(args: argparse.Namespace, cores: int, load: float) -> float:
+    """A rough duration of the whole run: ESTIMATE_S per run (and per rerun the budget allows), times
+    (load + 1) / cores when that is above 1 (one torch thread gets a core to itself until more than `cores`
+    processes want one)."""
+    plan = run_plan(args)
+    seconds = sum(ESTIMATE_S[run_kind(rep, args)] for rep, _, _ in plan)
+    if "decode" in selected_scenarios(args):
+        seconds += ESTIMATE_S["long" if args.long else "later"] * min(args.reruns, len(plan))
+    return seconds * max(1.0, (load + 1) / max(cores, 1))
+
+
+def side_command(
+    side: str, src: Path, json_path: Path, args: argparse.Namespace, scenarios: list[str] | None = None
+) -> tuple[list[str], dict]:
     """The command line and environment of one side's process: same interpreter, `PYTHONPATH` = the tree first."""
     command = [sys.executable, "-m", "bench.scenarios", "--side", side, "--json", str(json_path)]
-    command += ["--device", args.device]
+    command += ["--device", args.device, "--threads", str(args.threads)]
     if args.quick:
         command.append("--quick")
-    if args.only:
-        command += ["--only", args.only]
+    command += ["--only", ",".join(scenarios if scenarios is not None else selected_scenarios(args))]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(src), str(ROOT / "utils")])
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # One thread for torch's ops and the kernels inductor generates (see utils/bench/README.md: with two, each op
+    # waits for both, and on a busy machine one of them is often descheduled).
+    env["OMP_NUM_THREADS"] = str(args.threads)
     # Compile in the side's process: no pool of inductor workers left competing with the timed calls for the cores.
     env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     return command, env
@@ -89,52 +160,151 @@ def _inside(file: str, src: Path) -> bool:
     return Path(file).resolve().is_relative_to((src / "transformers").resolve())
 
 
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def run_one(
+    side: str, name: str, src: Path, scenarios: list[str], args: argparse.Namespace, out: Path, cache: Path | None
+) -> tuple[dict, float]:
+    """One side's process: its result (checked to come from the tree under `src`) and its wall time. `cache`: the
+    inductor cache to use (None: a fresh one, removed afterwards)."""
+    json_path, log_path = out / "raw" / f"{name}.json", out / "logs" / f"{name}.log"
+    command, env = side_command(side, src, json_path, args, scenarios)
+    fresh = cache is None
+    cache = cache or Path(tempfile.mkdtemp(prefix="bench-inductor-"))
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
+    start = time.perf_counter()
+    try:
+        with open(log_path, "w", encoding="utf-8") as log:
+            code = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+    finally:
+        if fresh:
+            shutil.rmtree(cache, ignore_errors=True)
+    wall = time.perf_counter() - start
+    if code != 0:
+        tail = "\n".join(log_path.read_text(encoding="utf-8").splitlines()[-15:])
+        raise BenchError(f"the {side} side failed (exit status {code}); its log {log_path} ends with:\n{tail}")
+    result = json.loads(json_path.read_text(encoding="utf-8"))
+    if not _inside(result["transformers_file"], src):
+        raise BenchError(f"the {side} side imported {result['transformers_file']}, not the tree under {src}")
+    result.update(raw=str(json_path.relative_to(out)), log=str(log_path.relative_to(out)))
+    return result, wall
+
+
 def run_sides(args: argparse.Namespace, trees: dict[str, Path], out: Path) -> tuple[list[dict], list[dict]]:
-    """Alternate the sides `args.reps` times; return their results and a summary of each run, in run order."""
+    """Run the plan (`run_plan`), then run again the decode of the runs whose decode steps stalled
+    (`report.stalled`), the most stalled first, at most RERUNS_PER_RUN times per run and `args.reruns` times in all,
+    keeping of each run the attempt that stalled least. Returns the results of every process, in the order they ran
+    (each with `rep`, `rerun` and `used`: False for an attempt not kept), and a summary of each."""
     (out / "raw").mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    results, runs = [], []
-    for rep in range(args.reps):
-        for side in report.SIDES:
-            json_path = out / "raw" / f"{side}-{rep}.json"
-            log_path = out / "logs" / f"{side}-{rep}.log"
-            command, env = side_command(side, trees[side], json_path, args)
-            inductor_cache = Path(tempfile.mkdtemp(prefix="bench-inductor-"))
-            env["TORCHINDUCTOR_CACHE_DIR"] = str(inductor_cache)
-            print(f"bench: run {rep + 1}/{args.reps} {side} ...", end=" ", flush=True)
-            start = time.perf_counter()
-            try:
-                with open(log_path, "w", encoding="utf-8") as log:
-                    code = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
-            finally:
-                shutil.rmtree(inductor_cache, ignore_errors=True)
-            wall = time.perf_counter() - start
-            print(f"{wall:.1f} s", flush=True)
-            if code != 0:
-                tail = "\n".join(log_path.read_text(encoding="utf-8").splitlines()[-15:])
-                raise BenchError(f"the {side} side failed (exit status {code}); its log {log_path} ends with:\n{tail}")
-            result = json.loads(json_path.read_text(encoding="utf-8"))
-            if not _inside(result["transformers_file"], trees[side]):
-                raise BenchError(
-                    f"the {side} side imported {result['transformers_file']}, not the tree under {trees[side]}"
-                )
-            results.append(result)
-            runs.append(
-                {
-                    "side": side,
-                    "rep": rep,
-                    "wall_s": wall,
-                    "transformers_file": result["transformers_file"],
-                    "raw": str(json_path.relative_to(out)),
-                    "log": str(log_path.relative_to(out)),
-                }
+    plan = run_plan(args)
+    # one inductor cache per tree, kept over its runs: cold in its first run, warm after (--long: fresh every run)
+    caches = {side: None if args.long else Path(tempfile.mkdtemp(prefix=f"bench-inductor-{side}-")) for side in trees}
+    results, runs, durations = [], [], {}
+    kept: dict[tuple[str, int], int] = {}  # (side, rep) -> the index of its attempt kept
+    attempts: dict[tuple[str, int], int] = {}
+
+    def run(side: str, rep: int, scenarios: list[str], label: str, attempt: int) -> dict:
+        name = f"{side}-{rep}" + (f"-rerun{attempt}" if attempt else "")
+        print(f"bench: {label} ...", end=" ", flush=True)
+        result, wall = run_one(side, name, trees[side], scenarios, args, out, caches[side])
+        share = report.stall_share(result)
+        result.update(rep=rep, rerun=attempt > 0, used=True)
+        results.append(result)
+        runs.append(
+            {
+                "side": side,
+                "rep": rep,
+                "rerun": attempt > 0,
+                "wall_s": wall,
+                "stall_share": share,
+                "stalled": report.describe_stalls(report.stalled(result)) or None,
+                "used": True,
+                "transformers_file": result["transformers_file"],
+                "raw": result["raw"],
+                "log": result["log"],
+            }
+        )
+        if not attempt:
+            durations.setdefault(run_kind(rep, args), []).append(wall)
+        return runs[-1]
+
+    try:
+        for n, (rep, side, scenarios) in enumerate(plan):
+            summary = run(side, rep, scenarios, f"run {rep + 1}/{args.reps} {side}", 0)
+            kept[side, rep], attempts[side, rep] = len(runs) - 1, 0
+            left = _left(plan[n + 1 :], durations, args)
+            share = 100 * summary["stall_share"]
+            stalled = f", stalled ({share:.0f}% of its decode time)" if summary["stalled"] else ""
+            print(f"{summary['wall_s']:.1f} s{stalled}" + (f" (about {_minutes(left)} left)" if left else ""))
+        for rerun in range(args.reruns):
+            candidates = [
+                slot for slot, index in kept.items() if runs[index]["stalled"] and attempts[slot] < RERUNS_PER_RUN
+            ]
+            if not candidates:
+                break
+            side, rep = slot = max(candidates, key=lambda slot: runs[kept[slot]]["stall_share"])
+            before = runs[kept[slot]]
+            attempts[slot] += 1
+            label = (
+                f"rerun {rerun + 1}/{args.reruns}: {side} run {rep + 1}'s decode "
+                f"(stalls: {100 * before['stall_share']:.0f}% of its decode time)"
             )
+            summary = run(side, rep, ["decode"], label, attempts[slot])
+            if summary["stall_share"] < before["stall_share"]:
+                before["used"] = results[kept[slot]]["used"] = False
+                kept[slot] = len(runs) - 1
+                verdict = "kept" + (
+                    f", still stalled ({100 * summary['stall_share']:.0f}%)" if summary["stalled"] else ""
+                )
+            else:
+                summary["used"] = results[-1]["used"] = False
+                verdict = f"stalled as much or more ({100 * summary['stall_share']:.0f}%), the first one kept"
+            print(f"{summary['wall_s']:.1f} s, {verdict}", flush=True)
+        still = [runs[index] for index in kept.values() if runs[index]["stalled"]]
+        if still and "decode" in selected_scenarios(args):
+            names = ", ".join(f"{run['side']} run {run['rep'] + 1}" for run in still)
+            print(f"bench: still stalled, with no rerun left: {names} (the floors do not move)", flush=True)
+    finally:
+        for cache in caches.values():
+            if cache is not None:
+                shutil.rmtree(cache, ignore_errors=True)
     return results, runs
+
+
+def _left(
+    plan: list[tuple[int, str, list[str]]], durations: dict[str, list[float]], args: argparse.Namespace
+) -> float:
+    """The seconds the rest of the plan will take: per run, the mean of the runs of its kind so far, else another
+    kind's scaled as ESTIMATE_S has them (0 before any run)."""
+    mean = {kind: sum(seen) / len(seen) for kind, seen in durations.items() if seen}
+    if not mean:
+        return 0.0
+    total = 0.0
+    for rep, _, _ in plan:
+        kind = run_kind(rep, args)
+        other = kind if kind in mean else next(iter(mean))
+        total += mean[other] * ESTIMATE_S[kind] / ESTIMATE_S[other]
+    return total
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
+    cores, load = os.cpu_count() or 1, os.getloadavg()[0]
+    what = "GPT2" if args.quick else "GPT2 and Llama"
+    print(
+        f"bench: {args.reps} run(s) per tree of {what}, {', '.join(selected_scenarios(args))}; about "
+        f"{_minutes(estimate_s(args, cores, load))} here ({cores} cores, load average {load:.1f})"
+        + (
+            ""
+            if args.long or args.quick
+            else "; `make bench-long` adds the compile cost of every run and the consecutive calls"
+        ),  # fmt: skip
+        flush=True,
+    )
     try:
         check_device(args.device)
         trees = {"upstream": pristine_tree() / "src", "fork": fork_tree() / "src"}
@@ -149,15 +319,19 @@ def main(argv: list[str] | None = None) -> int:
         "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "command": ["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)],
         "quick": args.quick,
+        "long": args.long,
         "device": args.device,
         "compile_mode": results[0]["compile_mode"],
         "reps": args.reps,
+        "threads": args.threads,
+        "rerun_budget": args.reruns,
         "order": [run["side"] for run in runs],
         "environment": {
             "python": platform.python_version(),
             "torch": results[0]["torch_version"],
             "platform": platform.platform(),
-            "cpu_count": os.cpu_count(),
+            "cpu_count": cores,
+            "load_average": {"start": load, "end": os.getloadavg()[0]},
         },
         "tree_src": {side: str(src) for side, src in trees.items()},
         "runs": runs,
@@ -169,7 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report.table(aggregated))
     print()
-    print(f"bench: wrote {out} (results.json{', decode.png' if aggregated['plot'] else ''})")
+    print(
+        f"bench: wrote {out} (results.json{', decode.png' if aggregated['plot'] else ''}) in {_minutes(aggregated['wall_s'])}"
+    )
     return 0
 
 

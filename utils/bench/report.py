@@ -6,20 +6,27 @@ import statistics
 from pathlib import Path
 
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SIDES = ("upstream", "fork")
 DECODE_TIMES = (
     "ms_per_token",
-    "forward_ms_per_token",
     "host_ms_per_token",
+    "forward_ms_per_token",
+    "cpu_ms_per_token",
+    "host_cpu_ms_per_token",
     "prefill_forward_ms",
     "decode_forward_ms",
     "forward_alone_ms",
+    "forward_alone_cpu_ms",
 )
+# The floors: what a stall cannot move (see `floors`); their ratios are the published ones.
+FLOOR_TIMES = ("ms_per_token", "host_ms_per_token", "forward_ms_per_token", "forward_alone_ms")
 DECODE_COUNTS = ("forward_calls", "decode_mask_shapes", "decode_mask_addresses", "cudagraph_recordings")
 COMPILE_TIMES = ("first_generate_s", "first_generate_cpu_s", "first_forward_s")
 COMPILE_COUNTS = ("graphs", "generated_files", "generated_kb")
 SPREAD_LIMIT = 0.25  # a timing whose runs on one side spread by more, (max - min) / min, is warned about
+STALL_FACTOR = 5.0  # a decode step slower than this many times its run's usual fast step is a stall
+STALL_SHARE = 0.10  # a run whose stalls add more than this share to its timed decode steps is stalled
 
 
 def _ratio(fork, upstream):
@@ -28,13 +35,18 @@ def _ratio(fork, upstream):
     return None
 
 
-def _by_side(runs: list[dict]) -> dict[str, list[dict]]:
-    return {side: [run for run in runs if run["side"] == side] for side in SIDES}
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def with_min(keys: tuple[str, ...]) -> tuple[str, ...]:
-    """Each timing key, then its minimum over the runs (`<key>_min`)."""
+    """Each timing key, then its minimum over the runs (`<key>_min`): the keys of a ratio."""
     return tuple(name for key in keys for name in (key, f"{key}_min"))
+
+
+def with_spread(keys: tuple[str, ...]) -> tuple[str, ...]:
+    """Each timing key (the median over the runs), then its minimum and maximum (`<key>_min`, `<key>_max`)."""
+    return tuple(name for key in keys for name in (key, f"{key}_min", f"{key}_max"))
 
 
 def _failure(entries: list[dict]) -> str | None:
@@ -44,7 +56,7 @@ def _failure(entries: list[dict]) -> str | None:
 
 def _spread(where: str, values: list[float], warnings: list[str]) -> None:
     """Appends `<where>: runs spread by N% (min a, max b)` to `warnings` when (max - min) / min > SPREAD_LIMIT."""
-    numbers = [v for v in values if isinstance(v, (int, float))]
+    numbers = [v for v in values if _number(v)]
     if len(numbers) < 2 or min(numbers) <= 0:
         return
     low, high = min(numbers), max(numbers)
@@ -53,19 +65,228 @@ def _spread(where: str, values: list[float], warnings: list[str]) -> None:
 
 
 def _times(where: str, entries: list[dict], keys: tuple[str, ...], warnings: list[str]) -> dict:
-    """Per key, the median over the runs' entries and (`<key>_min`) their minimum; warns about spread runs."""
+    """Per key, the median over the runs' entries, their minimum and maximum; warns about spread runs."""
     summary = {}
     for key in keys:
-        values = [e[key] for e in entries if isinstance(e[key], (int, float))]
+        values = [e.get(key) for e in entries if _number(e.get(key))]
         summary[key] = statistics.median(values) if values else None
         summary[f"{key}_min"] = min(values) if values else None
+        summary[f"{key}_max"] = max(values) if values else None
         _spread(f"{where}.{key}", values, warnings)
+    return summary
+
+
+def _counts(entries: list[dict], keys: tuple[str, ...]) -> dict:
+    """Per count, the first run's, and `<key>_range` ([least, most] over the runs): some counts vary by run."""
+    summary = {}
+    for key in keys:
+        values = [e.get(key) for e in entries if _number(e.get(key))]
+        summary[key] = entries[0].get(key)
+        summary[f"{key}_range"] = [min(values), max(values)] if values else None
     return summary
 
 
 def _ratios(sides: dict, keys: tuple[str, ...]) -> dict:
     """fork / upstream of the median and of the minimum of each key (null where a side has no number)."""
     return {key: _ratio(sides["fork"].get(key), sides["upstream"].get(key)) for key in with_min(keys)}
+
+
+# ---- stalls and floors ---------------------------------------------------------------------------------------
+
+
+def stalls(entry: dict) -> dict | None:
+    """The stalls of one run's decode entry (one model, one process): the decode steps slower than STALL_FACTOR times
+    the run's usual fast step (its 10th percentile, so that a run can be judged even when most of its steps
+    stalled), how many there are, and the share of the timed steps' time they add (their excess over that step).
+    None without steps."""
+    steps = sorted(step for call in entry.get("timed_step_ms") or [] for step in call)
+    if not steps or sum(steps) <= 0:
+        return None
+    fast = steps[len(steps) // 10]
+    slow = [step for step in steps if step > STALL_FACTOR * fast]
+    return {
+        "steps": len(steps),
+        "stalled_steps": len(slow),
+        "fast_step_ms": fast,
+        "median_step_ms": statistics.median(steps),
+        "max_step_ms": steps[-1],
+        "share": sum(step - fast for step in slow) / sum(steps),
+    }
+
+
+def stalled(result: dict) -> dict[str, dict]:
+    """The models of one run (a side's process, as `bench.scenarios` writes it) whose decode steps stalled: their
+    stalls add more than STALL_SHARE to the run's timed steps. Empty when the run is clean or has no decode."""
+    found = {}
+    for model, entry in result.get("scenarios", {}).get("decode", {}).items():
+        summary = stalls(entry) if entry.get("status") == "ok" else None
+        if summary and summary["share"] > STALL_SHARE:
+            found[model] = summary
+    return found
+
+
+def stall_share(result: dict) -> float:
+    """The largest share of its timed decode steps' time that stalls added to a run, over its models (0 when none)."""
+    entries = result.get("scenarios", {}).get("decode", {}).values()
+    shares = [summary["share"] for e in entries if e.get("status") == "ok" and (summary := stalls(e))]
+    return max(shares, default=0.0)
+
+
+def describe_stalls(found: dict[str, dict]) -> str:
+    """`gpt2: 12 of 341 decode steps over 5x the run's 10th-percentile step (0.41 ms), 23% of its decode time`"""
+    return "; ".join(
+        f"{model}: {s['stalled_steps']} of {s['steps']} decode steps over {STALL_FACTOR:g}x the run's 10th-percentile "
+        f"step ({_fmt(s['fast_step_ms'])} ms), {100 * s['share']:.0f}% of its decode time"
+        for model, s in found.items()
+    )
+
+
+def floors(entries: list[dict]) -> dict:
+    """The floors of one side's decode entries (one model, every run): each segment of a timed `generate` call (the
+    host work before the prefill, each forward, the host work between a forward and the next, and after the last)
+    at its fastest over all the side's timed calls, summed over the call and divided by its tokens. A stall only ever
+    adds time to the segments it falls in, and a segment is shorter than the scheduler's time slice, so unless a
+    segment stalled in every call of every run, no stall moves a floor. `forward_alone_ms_floor` is the fastest
+    replay of the compiled forward alone over the runs; `step_ms_floor`, each decode step at its fastest over the calls.
+    None where the calls were not cut into segments."""
+    calls = [call for e in entries for call in e.get("timed_segments_ms") or []]
+    shapes = {(len(call["forward"]), len(call["host"])) for call in calls}
+    steps = [call for e in entries for call in e.get("timed_step_ms") or []]
+    step_floor = [min(values) for values in zip(*steps)] if len({len(call) for call in steps}) == 1 else None
+    if not calls or len(shapes) != 1:
+        return {**dict.fromkeys((f"{key}_floor" for key in FLOOR_TIMES), None), "step_ms_floor": step_floor}
+    tokens = len(calls[0]["forward"])
+    forward = sum(min(values) for values in zip(*(call["forward"] for call in calls)))
+    host = sum(min(values) for values in zip(*(call["host"] for call in calls)))
+    fastest = [e["forward_alone_fastest_ms"] for e in entries if _number(e.get("forward_alone_fastest_ms"))]
+    return {
+        "ms_per_token_floor": (forward + host) / tokens,
+        "host_ms_per_token_floor": host / tokens,
+        "forward_ms_per_token_floor": forward / tokens,
+        "forward_alone_ms_floor": min(fastest) if fastest else None,
+        "step_ms_floor": step_floor,  # each decode step at its fastest over the calls: the plot's left side
+    }
+
+
+# ---- aggregation ---------------------------------------------------------------------------------------------
+
+
+def _first_with(runs: list[dict], side: str, scenario: str) -> dict | None:
+    """The side's first run (in run order) that ran `scenario`."""
+    return next((r for r in runs if r["side"] == side and scenario in r["scenarios"]), None)
+
+
+def _decode(model: str, side: str, runs: list[dict], warnings: list[str]) -> tuple[dict, dict]:
+    """One side's decode and compile-cost entries of one model from its runs."""
+    used = [r for r in runs if r["side"] == side and r.get("used", True) and "decode" in r["scenarios"]]
+    side_runs = [r["scenarios"]["decode"][model] for r in used]
+    failed = _failure(side_runs)
+    if failed:
+        decode = {"status": failed}
+    else:
+        decode = {"status": "ok", "runs": len(side_runs)}
+        decode.update(_times(f"{side} decode.{model}", side_runs, DECODE_TIMES, warnings))
+        decode.update(floors(side_runs))
+        decode.update(_counts(side_runs, DECODE_COUNTS))
+        fastest = min(side_runs, key=lambda e: e["ms_per_token"])
+        decode["step_ms"] = fastest["step_ms"]
+        decode["step_cpu_ms"] = fastest.get("step_cpu_ms")
+        still = [r for r in used if model in stalled(r)]
+        decode["stalled_runs"] = len(still)
+        decode["reruns"] = sum(1 for r in runs if r["side"] == side and r.get("rerun"))
+    # the compile cost of the runs whose inductor cache was cold (every run with --long; the first one by default)
+    costs = [
+        r["scenarios"]["compile_cost"][model]
+        for r in runs
+        if r["side"] == side and not r.get("rerun") and "compile_cost" in r["scenarios"]
+    ]
+    cold = [cost for cost in costs if cost.get("cold_cache") is not False]
+    failed = _failure(cold) if cold else "no cold compile"
+    if failed:
+        cost = {"status": failed}
+    else:
+        cost = {"status": "ok", "runs": len(cold)}
+        cost.update(_times(f"{side} compile_cost.{model}", cold, COMPILE_TIMES, warnings))
+        cost.update(_counts(cold, COMPILE_COUNTS))
+    return decode, cost
+
+
+def aggregate(runs: list[dict], meta: dict) -> dict:
+    """`runs`: each side's result (as `bench.scenarios` writes it), in run order, each with `used` (False for a run
+    whose decode a rerun replaced; True when absent). Timings: medians, minimums and maximums over a side's used runs,
+    with a warning per timing whose runs spread, and the floors (see `floors`); compile costs from the runs with a
+    cold inductor cache; counts with their range over the runs; the rest (statuses, matrices) from each side's first
+    run that ran the scenario. A scenario that failed in a side's run is that side's status.
+    """
+    first = {side: next(r for r in runs if r["side"] == side) for side in SIDES}
+    warnings: list[str] = []
+    results = {"schema_version": SCHEMA_VERSION, **meta, "warnings": warnings}
+    results["trees"] = {
+        side: {
+            "src": meta["tree_src"][side],
+            "transformers_file": first[side]["transformers_file"],
+            "transformers_version": first[side]["transformers_version"],
+            "static_attention_mask_available": first[side]["static_attention_mask_available"],
+        }
+        for side in SIDES
+    }
+    del results["tree_src"]
+
+    decode_first = _first_with(runs, "upstream", "decode")
+    if decode_first:
+        results["decode"], results["compile_cost"] = {}, {}
+        for model in decode_first["scenarios"]["decode"]:
+            decode, compile_cost = {}, {}
+            for side in SIDES:
+                decode[side], compile_cost[side] = _decode(model, side, runs, warnings)
+            decode["ratio"] = _ratios(decode, DECODE_TIMES)
+            decode["ratio"].update(
+                {
+                    f"{key}_floor": _ratio(decode["fork"].get(f"{key}_floor"), decode["upstream"].get(f"{key}_floor"))
+                    for key in FLOOR_TIMES
+                }  # fmt: skip
+            )
+            compile_cost["ratio"] = _ratios(compile_cost, COMPILE_TIMES)
+            results["decode"][model] = decode
+            results["compile_cost"][model] = compile_cost
+            for side in SIDES:
+                if decode[side].get("stalled_runs"):
+                    warnings.append(
+                        f"{side} decode.{model}: {decode[side]['stalled_runs']} of {decode[side]['runs']} runs stalled "
+                        "even after the reruns (their figures are in the medians; the floors do not move)"
+                    )
+    calls_first = _first_with(runs, "upstream", "calls")
+    if calls_first:
+        results["calls"] = {}
+        for model in calls_first["scenarios"]["calls"]:
+            results["calls"][model] = {}
+            for side in SIDES:
+                entries = [
+                    r["scenarios"]["calls"][model] for r in runs if r["side"] == side and "calls" in r["scenarios"]
+                ]
+                entry = _calls(f"{side} calls.{model}", entries, warnings)
+                generated = [e.get("generate_compile") for e in entries]
+                where = f"{side} calls.{model}.generate_compile"
+                entry["generate_compile"] = None if None in generated else _calls(where, generated, warnings)
+                results["calls"][model][side] = entry
+    for scenario in ("recompiles", "tracing", "mask_matrix"):
+        sources = {side: _first_with(runs, side, scenario) for side in SIDES}
+        if not all(sources.values()):
+            continue
+        found = {side: sources[side]["scenarios"][scenario] for side in SIDES}
+        if scenario == "recompiles":
+            results[scenario] = {
+                model: {config: {side: found[side][model][config] for side in SIDES} for config in configs}
+                for model, configs in found["upstream"].items()
+            }
+        elif scenario == "tracing":
+            results[scenario] = {case: {side: found[side][case] for side in SIDES} for case in found["upstream"]}
+        else:
+            results[scenario] = {
+                path: {kind: {side: found[side][path][kind] for side in SIDES} for kind in kinds}
+                for path, kinds in found["upstream"].items()
+            }
+    return results
 
 
 def _calls(where: str, entries: list[dict], warnings: list[str]) -> dict:
@@ -80,79 +301,6 @@ def _calls(where: str, entries: list[dict], warnings: list[str]) -> dict:
         _spread(f"{where}.call_ms[{n}]", list(values), warnings)
     recordings = entries[0]["cudagraph_recordings"]
     return {"status": "ok", "call_ms": call_ms, "call_ms_min": call_ms_min, "cudagraph_recordings": recordings}
-
-
-def aggregate(runs: list[dict], meta: dict) -> dict:
-    """`runs`: each side's result (as `bench.scenarios` writes it), in run order. Timings: medians and minimums over
-    the runs of a side, with a warning per timing whose runs spread; the rest (counts, statuses, matrices) is
-    deterministic and taken from each side's first run. A scenario that failed in a side's run is that side's status.
-    """
-    by_side = _by_side(runs)
-    first = {side: by_side[side][0]["scenarios"] for side in SIDES}
-    warnings: list[str] = []
-    results = {"schema_version": SCHEMA_VERSION, **meta, "warnings": warnings}
-    results["trees"] = {
-        side: {
-            "src": meta["tree_src"][side],
-            "transformers_file": by_side[side][0]["transformers_file"],
-            "transformers_version": by_side[side][0]["transformers_version"],
-            "static_attention_mask_available": by_side[side][0]["static_attention_mask_available"],
-        }
-        for side in SIDES
-    }
-    del results["tree_src"]
-
-    if "decode" in first["upstream"]:
-        results["decode"], results["compile_cost"] = {}, {}
-        for model in first["upstream"]["decode"]:
-            decode, compile_cost = {}, {}
-            for side in SIDES:
-                side_runs = [run["scenarios"]["decode"][model] for run in by_side[side]]
-                costs = [run["scenarios"]["compile_cost"][model] for run in by_side[side]]
-                failed = _failure(side_runs) or _failure(costs)
-                if failed:
-                    decode[side] = compile_cost[side] = {"status": failed}
-                    continue
-                entry = {"status": "ok", **_times(f"{side} decode.{model}", side_runs, DECODE_TIMES, warnings)}
-                entry.update({key: side_runs[0][key] for key in DECODE_COUNTS})
-                median_run = sorted(side_runs, key=lambda r: r["ms_per_token"])[len(side_runs) // 2]
-                entry["step_ms"] = median_run["step_ms"]
-                decode[side] = entry
-                compile_cost[side] = {
-                    "status": "ok",
-                    **_times(f"{side} compile_cost.{model}", costs, COMPILE_TIMES, warnings),
-                    **{key: costs[0].get(key) for key in COMPILE_COUNTS},
-                }
-            decode["ratio"] = _ratios(decode, DECODE_TIMES)
-            compile_cost["ratio"] = _ratios(compile_cost, COMPILE_TIMES)
-            results["decode"][model] = decode
-            results["compile_cost"][model] = compile_cost
-    if "calls" in first["upstream"]:
-        results["calls"] = {}
-        for model in first["upstream"]["calls"]:
-            results["calls"][model] = {}
-            for side in SIDES:
-                entries = [run["scenarios"]["calls"][model] for run in by_side[side]]
-                entry = _calls(f"{side} calls.{model}", entries, warnings)
-                generated = [e.get("generate_compile") for e in entries]
-                where = f"{side} calls.{model}.generate_compile"
-                entry["generate_compile"] = None if None in generated else _calls(where, generated, warnings)
-                results["calls"][model][side] = entry
-    if "recompiles" in first["upstream"]:
-        results["recompiles"] = {
-            model: {config: {side: first[side]["recompiles"][model][config] for side in SIDES} for config in configs}
-            for model, configs in first["upstream"]["recompiles"].items()
-        }
-    if "tracing" in first["upstream"]:
-        results["tracing"] = {
-            case: {side: first[side]["tracing"][case] for side in SIDES} for case in first["upstream"]["tracing"]
-        }
-    if "mask_matrix" in first["upstream"]:
-        results["mask_matrix"] = {
-            path: {kind: {side: first[side]["mask_matrix"][path][kind] for side in SIDES} for kind in kinds}
-            for path, kinds in first["upstream"]["mask_matrix"].items()
-        }
-    return results
 
 
 # ---- the table -----------------------------------------------------------------------------------------------
@@ -207,25 +355,84 @@ RECOMPILE_MEASURES = (
 )
 
 
-TIMING_HEADER = ["", "upstream median", "upstream min", "fork median", "fork min", "ratio median", "ratio min"]
+def _runs_cell(entry: dict, key: str) -> str:
+    """`median [min-max]` of one timing over a side's runs (just the median with one run)."""
+    median, low, high = entry.get(key), entry.get(f"{key}_min"), entry.get(f"{key}_max")
+    if low is None or high is None or low == high:
+        return _fmt(median)
+    return f"{_fmt(median)} [{_fmt(low)}-{_fmt(high)}]"
 
 
-def _timing_rows(label: str, sides: dict, keys: tuple[str, ...]) -> list[list]:
-    """Per key, the median and the minimum of each side and both ratios; one row of statuses if a side failed."""
-    if any(sides[side].get("status", "ok") != "ok" for side in SIDES):
-        return [[label, sides["upstream"].get("status", "ok"), "", sides["fork"].get("status", "ok"), "", None, None]]
-    return [
-        [
-            f"{label} {key}",
-            sides["upstream"][key],
-            sides["upstream"][f"{key}_min"],
-            sides["fork"][key],
-            sides["fork"][f"{key}_min"],
-            sides["ratio"][key],
-            sides["ratio"][f"{key}_min"],
-        ]
-        for key in keys
+def _count_cell(entry: dict, key: str) -> str:
+    """A count, with its range over the runs when it varied."""
+    value, spread = entry.get(key), entry.get(f"{key}_range")
+    if spread and spread[0] != spread[1]:
+        return f"{_fmt(value)} ({_fmt(spread[0])}-{_fmt(spread[1])} over the runs)"
+    return _fmt(value)
+
+
+def _failed(sides: dict) -> list[str] | None:
+    """Each side's status when a side failed, else None."""
+    statuses = [sides[side].get("status", "ok") for side in SIDES]
+    return statuses if any(status != "ok" for status in statuses) else None
+
+
+DECODE_HEADER = ["", "upstream floor", "upstream runs", "fork floor", "fork runs", "ratio floor", "ratio median"]
+
+
+def _decode_rows(model: str, decode: dict) -> list[list]:
+    failed = _failed(decode)
+    if failed:
+        return [[model, "", failed[0], "", failed[1], "", ""]]
+    up, fork, ratio = decode["upstream"], decode["fork"], decode["ratio"]
+    rows = []
+    for key in DECODE_TIMES:
+        floor = key in FLOOR_TIMES
+        rows.append(
+            [
+                f"{model} {key}",
+                up.get(f"{key}_floor") if floor else "",
+                _runs_cell(up, key),
+                fork.get(f"{key}_floor") if floor else "",
+                _runs_cell(fork, key),
+                ratio.get(f"{key}_floor") if floor else "",
+                ratio.get(key),
+            ]
+        )
+    for key in ("decode_mask_shapes", "decode_mask_addresses", "cudagraph_recordings"):
+        if all(decode[side].get(key) is not None for side in SIDES):
+            rows.append([f"{model} {key}", "", _count_cell(up, key), "", _count_cell(fork, key), "", ""])
+    rows.append([f"{model} runs", "", _runs_note(up), "", _runs_note(fork), "", ""])
+    return rows
+
+
+def _runs_note(entry: dict) -> str:
+    note = f"{entry['runs']}"
+    extra = []
+    if entry.get("reruns"):
+        extra.append(f"{entry['reruns']} rerun{'s' if entry['reruns'] > 1 else ''} after stalls")
+    if entry.get("stalled_runs"):
+        extra.append(f"{entry['stalled_runs']} still stalled")
+    return note + (f" ({', '.join(extra)})" if extra else "")
+
+
+COMPILE_HEADER = ["", "upstream", "fork", "ratio median", "ratio min"]
+
+
+def _compile_rows(model: str, cost: dict) -> list[list]:
+    failed = _failed(cost)
+    if failed:
+        return [[model, *failed, "", ""]]
+    up, fork, ratio = cost["upstream"], cost["fork"], cost["ratio"]
+    rows = [
+        [f"{model} {key}", _runs_cell(up, key), _runs_cell(fork, key), ratio.get(key), ratio.get(f"{key}_min")]
+        for key in COMPILE_TIMES
     ]
+    for key in COMPILE_COUNTS:
+        if all(cost[side].get(key) is not None for side in SIDES):
+            rows.append([f"{model} {key}", _count_cell(up, key), _count_cell(fork, key), "", ""])
+    rows.append([f"{model} cold compiles", up["runs"], fork["runs"], "", ""])
+    return rows
 
 
 def _calls_rows(label: str, entry: dict | None, width: int) -> list[list]:
@@ -240,29 +447,43 @@ def _calls_rows(label: str, entry: dict | None, width: int) -> list[list]:
     return [row + [""] * (width + 1 - len(row)) for row in rows]
 
 
+def _load(results: dict) -> str:
+    load = results.get("environment", {}).get("load_average")
+    if not load:
+        return ""
+    return f", load average {_fmt(load['start'], 2)} at the start and {_fmt(load['end'], 2)} at the end"
+
+
 def table(results: dict) -> str:
     trees = results["trees"]
+    threads = results.get("threads")
     parts = [
         f"upstream = {trees['upstream']['transformers_file']}\n"
         f"fork     = {trees['fork']['transformers_file']}\n"
-        f"device {results['device']}, compile mode {results['compile_mode']}, {results['reps']} run(s) per tree, "
-        f"order {' '.join(results['order'])}; times are medians and minimums over the runs, ratio = fork / upstream"
+        f"device {results['device']}, compile mode {results['compile_mode']}"
+        f"{f', {threads} torch thread(s)' if threads else ''}, {results['reps']} run(s) per tree, "
+        f"{results.get('environment', {}).get('cpu_count', '?')} cores{_load(results)}"
     ]
     if "decode" in results:
-        rows = []
-        for model, decode in results["decode"].items():
-            rows += _timing_rows(model, decode, DECODE_TIMES)
-            for key in ("decode_mask_shapes", "decode_mask_addresses", "cudagraph_recordings"):
-                if all(decode[side].get(key) is not None for side in SIDES):
-                    rows.append([f"{model} {key}", decode["upstream"][key], "", decode["fork"][key], "", None, None])
-        parts.append(_grid("1. decode loop (static cache, compiled forward)", TIMING_HEADER, rows))
-        rows = []
-        for model, cost in results["compile_cost"].items():
-            rows += _timing_rows(model, cost, COMPILE_TIMES)
-            for key in COMPILE_COUNTS:
-                if all(cost[side].get(key) is not None for side in SIDES):
-                    rows.append([f"{model} {key}", cost["upstream"][key], "", cost["fork"][key], "", None, None])
-        parts.append(_grid("3. compile cost (first generate call, s)", TIMING_HEADER, rows))
+        rows = [row for model, decode in results["decode"].items() for row in _decode_rows(model, decode)]
+        parts.append(
+            _grid(
+                "1. decode loop (static cache, compiled forward), ms. floor: each part of a call at its fastest over "
+                "the tree's calls, which no stall moves (the published ratio); runs: median [min-max] over the runs, "
+                "each run the median of its calls; ratio = fork / upstream",
+                DECODE_HEADER,
+                rows,
+            )
+        )
+        rows = [row for model, cost in results["compile_cost"].items() for row in _compile_rows(model, cost)]
+        parts.append(
+            _grid(
+                "3. compile cost: the first generate call with a cold inductor cache, s, median [min-max] over the "
+                "cold compiles (one per tree unless --long); CPU time: of the process and the compilers it waited for",
+                COMPILE_HEADER,
+                rows,
+            )
+        )
     if "recompiles" in results:
         rows = []
         for model, configs in results["recompiles"].items():
@@ -310,7 +531,8 @@ def table(results: dict) -> str:
 
 
 def plot(results: dict, path: Path) -> bool:
-    """Per-step decode latency of both trees, and host vs compiled-forward time per token. False without decode."""
+    """Per-step decode latency of both trees (the floors), and per token the floors split into the compiled forward
+    and the host work, with the runs' median and spread (min-max). False without decode."""
     if "decode" not in results:
         return False
     import matplotlib
@@ -319,35 +541,63 @@ def plot(results: dict, path: Path) -> bool:
     import matplotlib.pyplot as plt
 
     models = list(results["decode"])
-    fig, (steps_ax, split_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
-    styles = {"upstream": {"color": "tab:gray"}, "fork": {"color": "tab:blue"}}
+    fig, (steps_ax, split_ax) = plt.subplots(1, 2, figsize=(12, 5.2))
+    colors = {"upstream": "tab:gray", "fork": "tab:blue"}
     for model, line in zip(models, ("-", "--", ":")):
         for side in SIDES:
-            if results["decode"][model][side]["status"] != "ok":
-                continue
-            step_ms = results["decode"][model][side]["step_ms"]
-            steps_ax.plot(range(1, len(step_ms) + 1), step_ms, line, label=f"{model} {side}", **styles[side])
-    steps_ax.set(xlabel="decode step", ylabel="latency (ms)", title="per-step decode latency (median run)")
+            entry = results["decode"][model][side]
+            step_ms = entry.get("step_ms_floor") or entry.get("step_ms") if entry["status"] == "ok" else None
+            if step_ms:
+                steps_ax.plot(range(1, len(step_ms) + 1), step_ms, line, label=f"{model} {side}", color=colors[side])
+    steps_ax.set(xlabel="decode step", ylabel="latency (ms)", title="decode steps, each at its fastest over the calls")
     steps_ax.set_ylim(bottom=0)
-    steps_ax.legend()
-    labels, forward, host, limit = [], [], [], []
+    steps_ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
+    bars = []  # (label, forward floor, host floor, median, min, max, forward alone)
     for model in models:
         for side in SIDES:
             entry = results["decode"][model][side]
-            if entry["status"] != "ok":
+            if entry["status"] != "ok" or entry.get("ms_per_token_floor") is None:
                 continue
-            labels.append(f"{model}\n{side}")
-            forward.append(entry["forward_ms_per_token"])
-            host.append(entry["host_ms_per_token"])
-            limit.append(entry["forward_alone_ms"])
-    x = range(len(labels))
-    split_ax.bar(x, forward, label="inside the compiled forward", color="tab:blue")
-    split_ax.bar(x, host, bottom=forward, label="host (the rest of generate)", color="tab:orange")
-    split_ax.scatter(x, limit, marker="_", s=600, color="black", label="compiled forward alone", zorder=3)
-    split_ax.set_xticks(list(x), labels)
+            bars.append(
+                (
+                    f"{model}\n{side}",
+                    entry["forward_ms_per_token_floor"],
+                    entry["host_ms_per_token_floor"],
+                    entry["ms_per_token"],
+                    entry["ms_per_token_min"],
+                    entry["ms_per_token_max"],
+                    entry["forward_alone_ms_floor"],
+                )
+            )
+    if bars:
+        labels, forward, host, median, low, high, limit = zip(*bars)
+        x = list(range(len(labels)))
+        split_ax.bar(x, forward, width=0.55, label="floor: inside the compiled forward", color="tab:blue")
+        split_ax.bar(
+            x, host, width=0.55, bottom=forward, label="floor: host (the rest of generate)", color="tab:orange"
+        )
+        split_ax.scatter(x, limit, marker="_", s=500, color="black", label="compiled forward alone (floor)", zorder=3)
+        runs_x = [i + 0.38 for i in x]
+        split_ax.errorbar(
+            runs_x,
+            median,
+            yerr=[[m - lo for m, lo in zip(median, low)], [hi - m for m, hi in zip(median, high)]],
+            fmt="o",
+            color="black",
+            markersize=4,
+            capsize=4,
+            label="runs: median, min-max",
+        )
+        split_ax.set_xticks(x, labels)
     split_ax.set(ylabel="ms per token", title="where a token's time goes")
-    split_ax.legend()
-    fig.suptitle(f"fork vs upstream {results['trees']['upstream']['transformers_version']} ({results['device']})")
+    split_ax.set_ylim(bottom=0)
+    split_ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False, fontsize="small")
+    load = results.get("environment", {}).get("load_average")
+    where = f", load average {load['start']:.1f} at the start, {load['end']:.1f} at the end" if load else ""
+    fig.suptitle(
+        f"fork vs upstream {results['trees']['upstream']['transformers_version']} ({results['device']}, "
+        f"{results['reps']} runs per tree{where})"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
