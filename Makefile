@@ -6,6 +6,7 @@
 #   make bench      the main job: the fork against pristine upstream side by side (table, JSON, plot; utils/bench/README.md)
 #   make bench-long     the same plus a cold compile in every run and the consecutive calls (much longer)
 #   make bench-quick    the same, smaller (BENCH_ARGS adds options, e.g. BENCH_ARGS="--device cuda")
+#   make bench-publish  the latest bench-out/ run into docs/ and the README's generated figures (RUN=<folder> for another)
 #   make oracle     every causal-LM architecture as a tiny model, pristine vs the fork, tokens and scores compared
 #                   exactly (about a minute; ORACLE_ARGS="--only gpt2,llama" for some)
 #
@@ -30,7 +31,7 @@ VPY := $(VENV)/bin/python
 FORK := PYTHONPATH=utils $(PYTHON) -m forktool
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install fork patches check rebase rebase-continue rebase-finish upstream-outlook bisect standalone test test-compile bench bench-long bench-quick oracle quality style clean
+.PHONY: install fork patches check rebase rebase-continue rebase-finish upstream-outlook bisect standalone test test-compile bench bench-long bench-quick bench-publish oracle quality style clean
 
 install: $(VENV)/.installed
 
@@ -85,6 +86,9 @@ bench-long: install
 
 bench-quick: install
 	PYTHONPATH=utils $(VPY) -m bench --quick $(BENCH_ARGS)
+
+bench-publish: install
+	PYTHONPATH=utils $(VPY) -m bench.publish $(RUN)
 
 oracle: install
 	PYTHONPATH=utils $(VPY) -m oracle $(ORACLE_ARGS)

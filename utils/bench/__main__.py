@@ -5,7 +5,8 @@ with this interpreter, `PYTHONPATH` set to the tree's `src` and one torch thread
 with a cold inductor cache (the compile cost) and runs every scenario; the later ones time the decode loop again on
 that tree's warm cache. A run whose decode steps stalled (the process was descheduled) is run again, within a
 budget, and said so. Writes `results.json`, `decode.png`, the runs' raw results and logs into the output folder,
-prints the table, and names the folder and the run's duration in its last line.
+prints the table, and names the folder and the run's duration in its last line; `--publish` then copies the
+figures into docs/ and the README's generated blocks (`python -m bench.publish`).
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--only",
         default=None,
         help=f"comma-separated scenarios among {', '.join(SCENARIOS)} (default: all but calls, which --long adds)",
+    )
+    parser.add_argument(
+        "--publish", action="store_true", help="then copy the run into docs/ and the README's figures (bench.publish)"
     )
     args = parser.parse_args(argv)
     if args.reps is None:
@@ -343,6 +347,15 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report.table(aggregated))
     print()
+    if args.publish:
+        from . import publish
+
+        try:
+            for path in publish.publish(out):
+                print(f"bench: updated {path.relative_to(ROOT)}")
+        except publish.PublishError as e:
+            print(f"bench: error: {e}", file=sys.stderr)
+            return 2
     print(
         f"bench: wrote {out} (results.json{', decode.png' if aggregated['plot'] else ''}) in {_minutes(aggregated['wall_s'])}"
     )

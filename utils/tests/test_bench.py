@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from bench import __main__ as bench_main
+from bench import publish
 from bench.__main__ import main, parse_args, side_command
 from bench.report import (
     COMPILE_TIMES,
@@ -417,3 +418,56 @@ def test_scenarios_run_on_a_settled_heap():
 
     assert guarded(failing) == {"status": "RuntimeError: boom"}
     assert gc.get_freeze_count() == 0
+
+
+def _published(tmp_path: Path) -> tuple[Path, dict]:
+    """A run folder with an aggregated synthetic results.json and a plot, as `python -m bench` writes them."""
+    runs = [run for _ in range(3) for run in (_synthetic_run("upstream", 1.0), _synthetic_run("fork", 0.6))]
+    meta = {**_meta(3), "created": "2026-12-01T10:00:00+00:00", "quick": False, "long": False, "runs": []}
+    meta["environment"] = {"torch": "2.13.0", "cpu_count": 2, "load_average": {"start": 1.5, "end": 2.0}}
+    results = aggregate(runs, meta)
+    results["plot"] = "decode.png"
+    run = tmp_path / "bench-out" / "20261201-100000"
+    run.mkdir(parents=True)
+    (run / "results.json").write_text(json.dumps(results), encoding="utf-8")
+    (run / "decode.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    return run, results
+
+
+def test_publish_writes_docs_and_the_readme_blocks(tmp_path):
+    run, results = _published(tmp_path)
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        "# title\n\n<!-- bench:headline -->\nstale figures\n<!-- /bench:headline -->\n\ntext\n\n"
+        "<!-- bench:table -->\n<!-- /bench:table -->\nend\n",
+        encoding="utf-8",
+    )
+    assert publish.latest_run(tmp_path) == run
+    written = publish.publish(run, tmp_path)
+    assert {path.relative_to(tmp_path).as_posix() for path in written} == {
+        "docs/bench-results.json",
+        "docs/bench-decode.png",
+        "README.md",
+    }
+    text = readme.read_text(encoding="utf-8")
+    assert text.startswith("# title\n\n<!-- bench:headline -->\n**What the fork buys**") and text.endswith("end\n")
+    assert "stale figures" not in text and "\ntext\n" in text
+    headline = publish.block(text, "headline")
+    assert "| time per token | 1.000 -> 0.600 ms (**0.60x**) |" in headline
+    assert "load average 1.5 at the start and 2.0 at the end" in headline
+    assert "No GPU figure exists yet" in headline
+    assert "| GPT2: ms per token | **1.000**; 1.000 | **0.600**; 0.600 | 0.60x (0.60x) |" in publish.block(
+        text, "table"
+    )
+    assert "The project's goals: host time per token at most 0.35x" in text
+    assert publish.out_of_sync(tmp_path) == []
+    readme.write_text(text.replace("0.60x", "0.50x"), encoding="utf-8")  # a figure typed by hand
+    assert publish.out_of_sync(tmp_path) == ["headline", "table"]
+
+    readme.write_text("no blocks\n", encoding="utf-8")
+    with pytest.raises(publish.PublishError, match="bench:headline"):
+        publish.publish(run, tmp_path)
+    results["quick"] = True
+    (run / "results.json").write_text(json.dumps(results), encoding="utf-8")
+    with pytest.raises(publish.PublishError, match="--quick"):
+        publish.publish(run, tmp_path)

@@ -1,0 +1,387 @@
+"""`python -m bench.publish [RUN]` (`make bench-publish`): a run's figures into docs/ and the README, by the bench.
+
+Copies `results.json` and `decode.png` of a run folder (default: the latest under bench-out/) to
+`docs/bench-results.json` and `docs/bench-decode.png`, then rewrites the README's generated blocks from
+`docs/bench-results.json`: the headline on its first screen (`<!-- bench:headline -->` ... `<!-- /bench:headline -->`)
+and the benchmark's table (`<!-- bench:table -->` ... `<!-- /bench:table -->`). `--check` changes nothing and exits 1
+when the blocks differ from what `docs/bench-results.json` gives (a test runs it), so the README cannot drift from
+the published run by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from forktool.common import ROOT
+
+from .report import SIDES, _fmt
+
+
+RESULTS = Path("docs") / "bench-results.json"
+PLOT = Path("docs") / "bench-decode.png"
+MODEL_NAMES = {"gpt2": "GPT2", "llama": "Llama"}
+
+
+class PublishError(Exception):
+    """Reported as one line, exit status 2."""
+
+
+def _x(ratio) -> str:
+    return f"{ratio:.2f}x" if isinstance(ratio, (int, float)) else "-"
+
+
+def _num(value, digits: int = 3) -> str:
+    """A figure with `digits` decimals below 10 (ms), one decimal above (s)."""
+    if not isinstance(value, (int, float)):
+        return "-"
+    return f"{value:.{digits}f}" if abs(value) < 10 else f"{value:.1f}"
+
+
+def _ok(entry: dict | None) -> bool:
+    return bool(entry) and all(entry.get(side, {}).get("status") == "ok" for side in SIDES)
+
+
+def describe_run(results: dict) -> str:
+    """`2026-12-01 10:25, 2 CPU cores, load average 1.2 at the start and 2.0 at the end, torch 2.13.0, 5 runs per
+    tree (2 rerun after stalls)`"""
+    env = results.get("environment", {})
+    load = env.get("load_average")
+    reruns = sum(1 for run in results.get("runs", []) if run.get("rerun"))
+    parts = [
+        results.get("created", "?")[:16].replace("T", " "),
+        f"{env.get('cpu_count', '?')} CPU cores" if results.get("device") == "cpu" else results.get("device", "?"),
+    ]
+    if load:
+        parts.append(f"load average {load['start']:.1f} at the start and {load['end']:.1f} at the end")
+    parts.append(f"torch {env.get('torch', '?')}")
+    reps = results.get("reps", "?")
+    runs = f"{reps} run{'' if reps == 1 else 's'} per tree"
+    if reruns:
+        runs += f" ({reruns} more after stalls)"
+    parts.append(runs)
+    if results.get("long"):
+        parts.append("`--long`")
+    return ", ".join(parts)
+
+
+def render_headline(results: dict) -> str:
+    """The README's first-screen block: per-token time, host time and compile cost, pristine vs fork."""
+    decode, cost = results.get("decode", {}), results.get("compile_cost", {})
+    models = [model for model in decode if _ok(decode[model])]
+    lines = [
+        f"**What the fork buys**, from the latest `make bench` ({describe_run(results)}): tiny "
+        f"{' and '.join(MODEL_NAMES.get(m, m) for m in models)} on CPU, `generate` of "
+        f"{decode[models[0]]['upstream']['forward_calls'] if models else '?'} tokens with a static cache "
+        "and a compiled forward, pristine 5.23.0 -> the fork:",
+        "",
+        "| | " + " | ".join(f"{MODEL_NAMES.get(m, m)}: pristine -> fork" for m in models) + " |",
+        "|---|" + "---|" * len(models),
+    ]
+
+    def row(label: str, cells: list[str]) -> None:
+        if any(cell != "-" for cell in cells):
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+
+    def floor(model: str, key: str, unit: str) -> str:
+        entry = decode[model]
+        up, fork = entry["upstream"].get(f"{key}_floor"), entry["fork"].get(f"{key}_floor")
+        if up is None or fork is None:
+            return "-"
+        return f"{_num(up)} -> {_num(fork)} {unit} (**{_x(entry['ratio'].get(f'{key}_floor'))}**)"
+
+    row("time per token", [floor(m, "ms_per_token", "ms") for m in models])
+    row(
+        "host time per token (`generate` around the compiled forward)",
+        [floor(m, "host_ms_per_token", "ms") for m in models],
+    )
+    row("the compiled forward alone (the same code on both)", [floor(m, "forward_alone_ms", "ms") for m in models])
+    compile_cells = []
+    for model in models:
+        entry = cost.get(model)
+        if not _ok(entry):
+            compile_cells.append("-")
+            continue
+        up, fork = entry["upstream"]["first_generate_cpu_s"], entry["fork"]["first_generate_cpu_s"]
+        compile_cells.append(f"{_num(up)} -> {_num(fork)} s ({_x(entry['ratio']['first_generate_cpu_s'])})")
+    runs = {cost[m]["upstream"].get("runs") for m in models if _ok(cost.get(m))}
+    count = f"{runs.pop()} per tree" if len(runs) == 1 else "per tree"
+    row(f"first call, compiling: CPU time, median of the cold compiles ({count})", compile_cells)
+    lines += [
+        "",
+        "Per-token figures are floors: each part of a call at its fastest over all the runs of a tree, which no "
+        "stall of a busy machine moves ([how](utils/bench/README.md#how-it-measures)); absolute times move 2-4x "
+        "between machines, the ratios carry over. No GPU figure exists yet: `--device cuda` has not been run on a GPU.",
+    ]
+    return "\n".join(lines)
+
+
+def _cell(entry: dict, key: str, floor: bool) -> str:
+    """`floor; median [min-max]` of one decode timing of one side (without the floor where it has none)."""
+    runs = _num(entry.get(key))
+    low, high = entry.get(f"{key}_min"), entry.get(f"{key}_max")
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low != high:
+        runs += f" [{_num(low)}-{_num(high)}]"
+    return f"**{_num(entry.get(f'{key}_floor'))}**; {runs}" if floor else runs
+
+
+def _count(entry: dict, key: str) -> str:
+    value, spread = entry.get(key), entry.get(f"{key}_range")
+    if spread and spread[0] != spread[1]:
+        return f"{_fmt(spread[0])}-{_fmt(spread[1])}"
+    return _fmt(value)
+
+
+def render_table(results: dict) -> str:
+    """The benchmark's table in the README: decode floors and spreads, compile cost, counts and matrices."""
+    decode, cost = results.get("decode", {}), results.get("compile_cost", {})
+    lines = [
+        f"`make bench`, {describe_run(results)}. Per-token times: **floor**; median [min-max] over the runs "
+        "(each run: the median of its calls).",
+        "",
+        "| | upstream 5.23.0 | fork | fork / upstream: floor (median) |",
+        "|---|---|---|---|",
+    ]
+
+    def row(label: str, up: str, fork: str, ratio: str = "") -> None:
+        lines.append(f"| {label} | {up} | {fork} | {ratio} |")
+
+    for model, entry in decode.items():
+        name = MODEL_NAMES.get(model, model)
+        if not _ok(entry):
+            row(f"{name}: decode", entry["upstream"].get("status", "-"), entry["fork"].get("status", "-"))
+            continue
+        ratio = entry["ratio"]
+        for key, label, floor in (
+            ("ms_per_token", "ms per token", True),
+            ("host_ms_per_token", "host ms per token (generate minus the compiled forward)", True),
+            ("cpu_ms_per_token", "CPU ms per token (the process's CPU time)", False),
+            ("forward_alone_ms", "compiled forward alone, ms (the limit)", True),
+        ):
+            shown = f"{_x(ratio.get(f'{key}_floor'))} ({_x(ratio.get(key))})" if floor else f"({_x(ratio.get(key))})"
+            row(f"{name}: {label}", _cell(entry["upstream"], key, floor), _cell(entry["fork"], key, floor), shown)
+    models = [model for model in cost if _ok(cost[model])]
+    if models:
+        names = " / ".join(MODEL_NAMES.get(m, m) for m in models)
+        runs = " / ".join(str(cost[m]["upstream"]["runs"]) for m in models)
+        for key, label in (
+            ("first_generate_s", "wall"),
+            ("first_generate_cpu_s", "CPU time of the process and its compilers"),
+        ):
+            cells = {side: " / ".join(_cell(cost[m][side], key, False) for m in models) for side in SIDES}
+            ratios = " / ".join(f"{_x(cost[m]['ratio'][key])}" for m in models)
+            row(
+                f"first `generate` with a cold compile, {names}, s ({label}; {runs} per tree)",
+                cells["upstream"],
+                cells["fork"],
+                f"({ratios})",
+            )
+        cells = {
+            side: " / ".join(
+                f"{_count(cost[m][side], 'generated_files')}, {cost[m][side]['generated_kb']:.0f}" for m in models
+            )
+            for side in SIDES
+        }
+        row(f"the code it makes inductor write, {names}: files, kB", cells["upstream"], cells["fork"])
+    for model, sides in results.get("calls", {}).items():
+        if _ok(sides):
+            cells = {side: ", ".join(_num(v, 0) for v in sides[side]["call_ms"]) for side in SIDES}
+            row(
+                f"{len(sides['upstream']['call_ms'])} consecutive `generate` calls after a dynamo reset, {MODEL_NAMES.get(model, model)}, ms (medians)",
+                cells["upstream"],
+                cells["fork"],
+            )
+    models = [model for model in decode if _ok(decode[model])]
+    if models:
+        steps = decode[models[0]]["upstream"]["forward_calls"] - 1
+        cells = {
+            side: ", ".join(
+                f"{_count(decode[m][side], 'decode_mask_shapes')} / {_count(decode[m][side], 'decode_mask_addresses')}"
+                for m in models
+            )
+            for side in SIDES
+        }
+        row(
+            f"decoding steps' mask tensors: shapes / distinct buffers ({' / '.join(MODEL_NAMES.get(m, m) for m in models)}, "
+            f"{steps} steps; buffers vary by run where a range is shown)",
+            cells["upstream"],
+            cells["fork"],
+        )
+    static = results.get("recompiles", {})
+    configs = [static[m]["static_cache"] for m in static if _ok(static[m].get("static_cache"))]
+    if configs:
+        keys = ("graphs", "graphs_after_first_decode_step", "graph_breaks")
+        cells = {side: ", ".join(" / ".join(str(c[side][k]) for k in keys) for c in configs) for side in SIDES}
+        row(
+            "compiled decode graphs, static cache: graphs / after the first decode step / graph breaks",
+            cells["upstream"],
+            cells["fork"],
+        )
+    tracing = results.get("tracing", {})
+    cases = (
+        ("compile_fullgraph_early_cache", "rank1_empty_graph_inputs"),
+        ("export_strict", "rank1_empty_constants"),
+        ("aot_export_joint_simple", "rank1_empty_constants"),
+    )
+    if all(case in tracing for case, _ in cases):
+        cells = {
+            side: " / ".join(
+                _fmt(tracing[case][side].get(key))
+                if tracing[case][side].get("status") == "ok"
+                else tracing[case][side]["status"]
+                for case, key in cases
+            )
+            for side in SIDES
+        }
+        row(
+            "rank-1 `f32[0]` from an empty cache: `fullgraph` inputs / `torch.export` constants / `aot_export_joint_simple` constants",
+            cells["upstream"],
+            cells["fork"],
+        )
+    quantized = tracing.get("quantized_across_flushes")
+    if _ok(quantized):
+        cells = {
+            side: f"{quantized[side]['rank_mismatch_recompiles']} of {quantized[side]['recompiles']}" for side in SIDES
+        }
+        row(
+            "quantized cache compiled across flushes: recompiles caused by a rank mismatch",
+            cells["upstream"],
+            cells["fork"],
+        )
+    matrix = results.get("mask_matrix", {})
+    upcast = ("self/eager+reorder_and_upcast_attn", "cross/eager+reorder_and_upcast_attn")
+    if all(path in matrix for path in upcast):
+        cells = {side: " / ".join(_fmt(matrix[path]["bool"][side]) for path in upcast) for side in SIDES}
+        row(
+            "GPT2 boolean 4-D mask, eager and upcast: max \\|Δ logits\\| self / cross",
+            cells["upstream"],
+            cells["fork"],
+        )
+    if matrix:
+        cells = {}
+        for side in SIDES:
+            values = [kinds["static_length"][side] for kinds in matrix.values() if "static_length" in kinds]
+            errors = sorted({v.split(":")[0] for v in values if isinstance(v, str)})
+            cells[side] = ", ".join(f"`{e}`" for e in errors) if errors else _fmt(max(values, default=None))
+        row(
+            "GPT2 4-D mask longer than the keys, every path: max \\|Δ logits\\| or the error",
+            cells["upstream"],
+            cells["fork"],
+        )
+    goals = render_goals(results)
+    return "\n".join(lines + ([""] + goals if goals else []))
+
+
+# The project's goals for the published ratios, fork / upstream: (what, where, key, at most).
+GOALS = (
+    ("host time per token", "decode", "host_ms_per_token_floor", 0.35),
+    ("time per token", "decode", "ms_per_token_floor", 0.7),
+    ("first compile (CPU time)", "compile_cost", "first_generate_cpu_s", 1.0),
+)
+
+
+def render_goals(results: dict) -> list[str]:
+    """One sentence: each goal with the ratios of this run, met or not."""
+    parts = []
+    for what, scenario, key, limit in GOALS:
+        entries = {m: e for m, e in results.get(scenario, {}).items() if _ok(e)}
+        ratios = {m: e["ratio"].get(key) for m, e in entries.items() if isinstance(e["ratio"].get(key), (int, float))}
+        if not ratios:
+            continue
+        shown = ", ".join(f"{MODEL_NAMES.get(m, m)} {r:.2f}x" for m, r in ratios.items())
+        missed = [MODEL_NAMES.get(m, m) for m, r in ratios.items() if r > limit]
+        verdict = "met" if not missed else f"not met by {' and '.join(missed)}"
+        parts.append(f"{what} at most {limit:g}x upstream's: {shown}, {verdict}")
+    return [f"The project's goals: {'; '.join(parts)}."] if parts else []
+
+
+BLOCKS = {"headline": render_headline, "table": render_table}
+
+
+def replace_block(text: str, name: str, body: str) -> str:
+    """`text` with the lines between `<!-- bench:NAME -->` and `<!-- /bench:NAME -->` replaced by `body`."""
+    start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        raise PublishError(f"README.md needs one `{start}` line before one `{end}` line")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{body}\n{end}{tail}"
+
+
+def block(text: str, name: str) -> str | None:
+    """The body of the README's block `name`, or None without one."""
+    start, end = f"<!-- bench:{name} -->\n", f"\n<!-- /bench:{name} -->"
+    if start not in text or end not in text:
+        return None
+    return text.split(start, 1)[1].split(end, 1)[0]
+
+
+def render_readme(text: str, results: dict) -> str:
+    for name, render in BLOCKS.items():
+        text = replace_block(text, name, render(results))
+    return text
+
+
+def latest_run(root: Path = ROOT) -> Path:
+    runs = sorted(path.parent for path in (root / "bench-out").glob("*/results.json"))
+    if not runs:
+        raise PublishError(f"no run with a results.json under {root / 'bench-out'}: run `make bench` first")
+    return runs[-1]
+
+
+def publish(run: Path, root: Path = ROOT) -> list[Path]:
+    """Copies the run's results and plot into docs/ and rewrites the README's blocks; returns the paths written."""
+    results_path = run / "results.json"
+    if not results_path.is_file():
+        raise PublishError(f"{results_path} does not exist")
+    results = json.loads(results_path.read_text(encoding="utf-8"))
+    if results.get("quick"):
+        raise PublishError(f"{run} is a --quick run: publish a full one")
+    if results.get("schema_version") != 3:
+        raise PublishError(f"{results_path} has schema version {results.get('schema_version')}, not 3")
+    (root / "docs").mkdir(exist_ok=True)
+    written = [root / RESULTS]
+    shutil.copyfile(results_path, root / RESULTS)
+    if results.get("plot"):
+        shutil.copyfile(run / results["plot"], root / PLOT)
+        written.append(root / PLOT)
+    readme = root / "README.md"
+    readme.write_text(render_readme(readme.read_text(encoding="utf-8"), results), encoding="utf-8")
+    return [*written, readme]
+
+
+def out_of_sync(root: Path = ROOT) -> list[str]:
+    """The README's blocks that differ from what `docs/bench-results.json` gives (missing ones included)."""
+    results = json.loads((root / RESULTS).read_text(encoding="utf-8"))
+    if results.get("schema_version") != 3:
+        raise PublishError(f"{RESULTS} has schema version {results.get('schema_version')}, not 3: publish a run")
+    text = (root / "README.md").read_text(encoding="utf-8")
+    return [name for name, render in BLOCKS.items() if block(text, name) != render(results)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.publish", description=__doc__.splitlines()[0])
+    parser.add_argument("run", nargs="?", type=Path, help="a run folder (default: the latest under bench-out/)")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when the README differs from docs/; write nothing"
+    )
+    args = parser.parse_args(argv)
+    try:
+        if args.check:
+            stale = out_of_sync()
+            for name in stale:
+                print(f"bench.publish: README.md's `bench:{name}` block differs from {RESULTS}", file=sys.stderr)
+            return 1 if stale else 0
+        for path in publish((args.run or latest_run()).resolve()):
+            print(f"bench: updated {path.relative_to(ROOT)}")
+    except PublishError as e:
+        print(f"bench.publish: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
