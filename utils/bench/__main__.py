@@ -33,11 +33,12 @@ SCENARIOS = ("decode", "calls", "recompiles", "tracing", "mask_matrix")  # as be
 LONG_SCENARIOS = ("calls",)  # run with --long (or --quick, or when named in --only)
 REPEATED = ("decode", "calls")  # timed again in every run; the others are counts and matrices, run once per tree
 RERUNS_PER_RUN = 2  # a run is run again at most this many times after stalls
-# Rough durations of a run, in seconds of one core to itself, for the first line's estimate: a tree's first run (a
-# cold compile of both models, then every scenario), a later run (decode on a warm cache, and a rerun), with --long a
-# run (cold compile, decode, consecutive calls), with --quick a run. From the project's run of 2026-12-01 14:08 on 2
-# busy cores, each run's wall time divided by (load + 1) / cores; the estimate multiplies them back by that factor.
-ESTIMATE_S = {"first": 75.0, "later": 9.0, "long": 65.0, "quick": 45.0}
+# Rough durations of a run, in seconds, on the project's 2 cores with no other work, for the first line's estimate:
+# a tree's first run (a cold compile of both models, then every scenario), a later run (decode on a warm cache, and a
+# rerun), with --long a run (cold compile, decode, consecutive calls), with --quick a run. The estimate multiplies
+# them by (load + cores) / (2 cores) when that is above 1: `make bench` took 4 min from a load average of 2.9 and
+# 14 min from 9.6 (2026-12-01), where this gives 5 and 13.
+ESTIMATE_S = {"first": 72.0, "later": 11.0, "long": 65.0, "quick": 45.0}
 
 
 class BenchError(Exception):
@@ -118,13 +119,12 @@ def run_kind(rep: int, args: argparse.Namespace) -> str:
 
 def estimate_s(args: argparse.Namespace, cores: int, load: float) -> float:
     """A rough duration of the whole run: ESTIMATE_S per run (and per rerun the budget allows), times
-    (load + 1) / cores when that is above 1 (one torch thread gets a core to itself until more than `cores`
-    processes want one)."""
+    (load + cores) / (2 cores) when that is above 1 (fitted on the project's runs, see ESTIMATE_S)."""
     plan = run_plan(args)
     seconds = sum(ESTIMATE_S[run_kind(rep, args)] for rep, _, _ in plan)
     if "decode" in selected_scenarios(args):
         seconds += ESTIMATE_S["long" if args.long else "later"] * min(args.reruns, len(plan))
-    return seconds * max(1.0, (load + 1) / max(cores, 1))
+    return seconds * max(1.0, (load + cores) / (2 * max(cores, 1)))
 
 
 def side_command(
@@ -165,7 +165,7 @@ def _inside(file: str, src: Path) -> bool:
 
 
 def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
 def run_one(

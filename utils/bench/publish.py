@@ -326,10 +326,11 @@ def render_readme(text: str, results: dict) -> str:
 
 
 def latest_run(root: Path = ROOT) -> Path:
-    runs = sorted(path.parent for path in (root / "bench-out").glob("*/results.json"))
-    if not runs:
-        raise PublishError(f"no run with a results.json under {root / 'bench-out'}: run `make bench` first")
-    return runs[-1]
+    """The latest full run (not --quick) under bench-out/."""
+    for results in sorted((root / "bench-out").glob("*/results.json"), reverse=True):
+        if not json.loads(results.read_text(encoding="utf-8")).get("quick"):
+            return results.parent
+    raise PublishError(f"no full run with a results.json under {root / 'bench-out'}: run `make bench` first")
 
 
 def publish(run: Path, root: Path = ROOT) -> list[Path]:

@@ -391,7 +391,8 @@ def test_run_plan_estimate_and_first_line():
     assert len(bench_main.run_plan(parse_args(["--only", "tracing,mask_matrix"]))) == 2
     assert bench_main.run_plan(parse_args(["--quick"]))[0][2] == list(bench_main.SCENARIOS)
     quiet = bench_main.estimate_s(parse_args([]), cores=2, load=0.0)
-    assert 120 < quiet < 600 and bench_main.estimate_s(parse_args([]), cores=2, load=3.0) == 2 * quiet
+    assert 120 < quiet < 600 and bench_main.estimate_s(parse_args([]), cores=2, load=6.0) == 2 * quiet
+    assert bench_main.estimate_s(parse_args([]), cores=2, load=1.5) == quiet
     assert bench_main.estimate_s(parse_args(["--long"]), cores=2, load=0.0) > quiet
 
 
@@ -442,6 +443,9 @@ def test_publish_writes_docs_and_the_readme_blocks(tmp_path):
         "<!-- bench:table -->\n<!-- /bench:table -->\nend\n",
         encoding="utf-8",
     )
+    quick = tmp_path / "bench-out" / "20261201-110000"  # later, but --quick: not published
+    quick.mkdir()
+    (quick / "results.json").write_text(json.dumps({**results, "quick": True}), encoding="utf-8")
     assert publish.latest_run(tmp_path) == run
     written = publish.publish(run, tmp_path)
     assert {path.relative_to(tmp_path).as_posix() for path in written} == {
