@@ -54,25 +54,35 @@ def _failure(entries: list[dict]) -> str | None:
     return next((e["status"] for e in entries if e.get("status", "ok") != "ok"), None)
 
 
-def _spread(where: str, values: list[float], warnings: list[str]) -> None:
-    """Appends `<where>: runs spread by N% (min a, max b)` to `warnings` when (max - min) / min > SPREAD_LIMIT."""
+def _spread(values: list[float]) -> str | None:
+    """`N% (a-b)` when the runs' values spread by more than SPREAD_LIMIT, (max - min) / min; else None."""
     numbers = [v for v in values if _number(v)]
     if len(numbers) < 2 or min(numbers) <= 0:
-        return
+        return None
     low, high = min(numbers), max(numbers)
-    if (high - low) / low > SPREAD_LIMIT:
-        warnings.append(f"{where}: runs spread by {100 * (high - low) / low:.0f}% (min {_fmt(low)}, max {_fmt(high)})")
+    if (high - low) / low <= SPREAD_LIMIT:
+        return None
+    return f"{100 * (high - low) / low:.0f}% ({_fmt(low)}-{_fmt(high)})"
+
+
+def _warn_spread(where: str, spreads: list[str], warnings: list[str]) -> None:
+    """One warning for all the timings of `where` whose runs spread: `<where>: runs spread by more than 25%: ...`."""
+    if spreads:
+        warnings.append(f"{where}: runs spread by more than {100 * SPREAD_LIMIT:.0f}%: {', '.join(spreads)}")
 
 
 def _times(where: str, entries: list[dict], keys: tuple[str, ...], warnings: list[str]) -> dict:
     """Per key, the median over the runs' entries, their minimum and maximum; warns about spread runs."""
-    summary = {}
+    summary, spreads = {}, []
     for key in keys:
         values = [e.get(key) for e in entries if _number(e.get(key))]
         summary[key] = statistics.median(values) if values else None
         summary[f"{key}_min"] = min(values) if values else None
         summary[f"{key}_max"] = max(values) if values else None
-        _spread(f"{where}.{key}", values, warnings)
+        spread = _spread(values)
+        if spread:
+            spreads.append(f"{key} {spread}")
+    _warn_spread(where, spreads, warnings)
     return summary
 
 
@@ -294,11 +304,14 @@ def _calls(where: str, entries: list[dict], warnings: list[str]) -> dict:
     failed = _failure(entries)
     if failed:
         return {"status": failed}
-    call_ms, call_ms_min = [], []
+    call_ms, call_ms_min, spreads = [], [], []
     for n, values in enumerate(zip(*(e["call_ms"] for e in entries))):
         call_ms.append(statistics.median(values))
         call_ms_min.append(min(values))
-        _spread(f"{where}.call_ms[{n}]", list(values), warnings)
+        spread = _spread(list(values))
+        if spread:
+            spreads.append(f"call_ms[{n}] {spread}")
+    _warn_spread(where, spreads, warnings)
     recordings = entries[0]["cudagraph_recordings"]
     return {"status": "ok", "call_ms": call_ms, "call_ms_min": call_ms_min, "cudagraph_recordings": recordings}
 
