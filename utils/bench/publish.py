@@ -11,6 +11,7 @@ the published run by hand.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import shutil
 import sys
@@ -45,23 +46,31 @@ def _ok(entry: dict | None) -> bool:
     return bool(entry) and all(entry.get(side, {}).get("status") == "ok" for side in SIDES)
 
 
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{rest} s"
+
+
 def describe_run(results: dict) -> str:
-    """`2026-12-01 10:25, 2 CPU cores, load average 1.2 at the start and 2.0 at the end, torch 2.13.0, 5 runs per
-    tree (2 rerun after stalls)`"""
+    """`2026-12-01 14:28, 4 min 6 s, 2 CPU cores, load average 2.9 at the start and 3.9 at the end, torch 2.13.0,
+    5 runs per tree and 1 rerun after stalls`"""
     env = results.get("environment", {})
     load = env.get("load_average")
     reruns = sum(1 for run in results.get("runs", []) if run.get("rerun"))
-    parts = [
-        results.get("created", "?")[:16].replace("T", " "),
-        f"{env.get('cpu_count', '?')} CPU cores" if results.get("device") == "cpu" else results.get("device", "?"),
-    ]
+    created = results.get("created", "?")
+    try:
+        started = datetime.datetime.fromisoformat(created) - datetime.timedelta(seconds=results["wall_s"])
+        parts = [started.strftime("%Y-%m-%d %H:%M"), _duration(results["wall_s"])]
+    except (KeyError, TypeError, ValueError):
+        parts = [created[:16].replace("T", " ")]
+    parts.append(f"{env.get('cpu_count', '?')} CPU cores" if results.get("device") == "cpu" else results.get("device"))
     if load:
         parts.append(f"load average {load['start']:.1f} at the start and {load['end']:.1f} at the end")
     parts.append(f"torch {env.get('torch', '?')}")
     reps = results.get("reps", "?")
     runs = f"{reps} run{'' if reps == 1 else 's'} per tree"
     if reruns:
-        runs += f" ({reruns} more after stalls)"
+        runs += f" and {reruns} rerun{'' if reruns == 1 else 's'} after stalls"
     parts.append(runs)
     if results.get("long"):
         parts.append("`--long`")
@@ -109,12 +118,12 @@ def render_headline(results: dict) -> str:
         compile_cells.append(f"{_num(up)} -> {_num(fork)} s ({_x(entry['ratio']['first_generate_cpu_s'])})")
     runs = {cost[m]["upstream"].get("runs") for m in models if _ok(cost.get(m))}
     count = f"{runs.pop()} per tree" if len(runs) == 1 else "per tree"
-    row(f"first call, compiling: CPU time, median of the cold compiles ({count})", compile_cells)
+    row(f"first call, compiling (CPU time; cold compiles: {count})", compile_cells)
     lines += [
         "",
         "Per-token figures are floors: each part of a call at its fastest over all the runs of a tree, which no "
-        "stall of a busy machine moves ([how](utils/bench/README.md#how-it-measures)); absolute times move 2-4x "
-        "between machines, the ratios carry over. No GPU figure exists yet: `--device cuda` has not been run on a GPU.",
+        "stall of a busy machine moves ([how](utils/bench/README.md#how-it-measures)); absolute times depend on the "
+        "machine and its load, compare the ratios. No GPU figure exists yet: `--device cuda` has not been run on a GPU.",
     ]
     return "\n".join(lines)
 
