@@ -480,3 +480,11 @@ def test_publish_writes_docs_and_the_readme_blocks(tmp_path):
     (run / "results.json").write_text(json.dumps(results), encoding="utf-8")
     with pytest.raises(publish.PublishError, match="--quick"):
         publish.publish(run, tmp_path)
+
+
+def test_readme_figures_are_the_published_run():
+    """The README's headline is on its first screen, and its generated blocks are what docs/bench-results.json
+    gives: `make bench-publish` writes them, nobody types them."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert text.index("<!-- bench:headline -->") < len("\n".join(text.splitlines()[:20]))
+    assert publish.out_of_sync(REPO) == []
