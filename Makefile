@@ -79,13 +79,13 @@ test-compile: install
 	$(VPY) -m pytest $(PYTEST_ARGS) -m compile
 
 bench: install
-	PYTHONPATH=utils $(VPY) -m bench $(BENCH_ARGS)
+	@PYTHONPATH=utils $(VPY) -m bench $(BENCH_ARGS)
 
 bench-long: install
-	PYTHONPATH=utils $(VPY) -m bench --long $(BENCH_ARGS)
+	@PYTHONPATH=utils $(VPY) -m bench --long $(BENCH_ARGS)
 
 bench-quick: install
-	PYTHONPATH=utils $(VPY) -m bench --quick $(BENCH_ARGS)
+	@PYTHONPATH=utils $(VPY) -m bench --quick $(BENCH_ARGS)
 
 bench-publish: install
 	PYTHONPATH=utils $(VPY) -m bench.publish $(RUN)

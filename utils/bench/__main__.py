@@ -112,9 +112,11 @@ def run_plan(args: argparse.Namespace) -> list[tuple[int, str, list[str]]]:
 
 def run_kind(rep: int, args: argparse.Namespace) -> str:
     """The kind of a run, as ESTIMATE_S names them."""
-    if args.quick or args.long:
-        return "quick" if args.quick else "long"
-    return "first" if rep == 0 else "later"
+    if args.long:
+        return "long"
+    if rep == 0:
+        return "quick" if args.quick else "first"
+    return "later"
 
 
 def estimate_s(args: argparse.Namespace, cores: int, load: float) -> float:
