@@ -244,7 +244,9 @@ def run_sides(args: argparse.Namespace, trees: dict[str, Path], out: Path) -> tu
             left = _left(plan[n + 1 :], durations, args)
             share = 100 * summary["stall_share"]
             stalled = f", stalled ({share:.0f}% of its decode time)" if summary["stalled"] else ""
-            print(f"{summary['wall_s']:.1f} s{stalled}" + (f" (about {_minutes(left)} left)" if left else ""))
+            print(
+                f"{summary['wall_s']:.1f} s{stalled}" + (f" (about {_minutes(left)} left)" if left else ""), flush=True
+            )
         for rerun in range(args.reruns):
             candidates = [
                 slot for slot, index in kept.items() if runs[index]["stalled"] and attempts[slot] < RERUNS_PER_RUN
@@ -301,14 +303,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     cores, load = os.cpu_count() or 1, os.getloadavg()[0]
     what = "GPT2" if args.quick else "GPT2 and Llama"
+    later = "" if args.long or args.quick else "; `make bench-long` adds the compile cost of every run and the calls"
     print(
         f"bench: {args.reps} run(s) per tree of {what}, {', '.join(selected_scenarios(args))}; about "
-        f"{_minutes(estimate_s(args, cores, load))} here ({cores} cores, load average {load:.1f})"
-        + (
-            ""
-            if args.long or args.quick
-            else "; `make bench-long` adds the compile cost of every run and the consecutive calls"
-        ),  # fmt: skip
+        f"{_minutes(estimate_s(args, cores, load))} here ({cores} cores, load average {load:.1f}){later}",
         flush=True,
     )
     try:
@@ -358,9 +356,9 @@ def main(argv: list[str] | None = None) -> int:
         except publish.PublishError as e:
             print(f"bench: error: {e}", file=sys.stderr)
             return 2
-    print(
-        f"bench: wrote {out} (results.json{', decode.png' if aggregated['plot'] else ''}) in {_minutes(aggregated['wall_s'])}"
-    )
+    minutes, seconds = divmod(round(aggregated["wall_s"]), 60)
+    plot = ", decode.png" if aggregated["plot"] else ""
+    print(f"bench: wrote {out} (results.json{plot}) in {minutes} min {seconds} s")
     return 0
 
 

@@ -26,7 +26,7 @@ COMPILE_TIMES = ("first_generate_s", "first_generate_cpu_s", "first_forward_s")
 COMPILE_COUNTS = ("graphs", "generated_files", "generated_kb")
 SPREAD_LIMIT = 0.25  # a timing whose runs on one side spread by more, (max - min) / min, is warned about
 STALL_FACTOR = 5.0  # a decode step slower than this many times its run's usual fast step is a stall
-STALL_SHARE = 0.10  # a run whose stalls add more than this share to its timed decode steps is stalled
+STALL_SHARE = 0.10  # a run whose stalls make up more than this share of its timed decode steps' time is stalled
 
 
 def _ratio(fork, upstream):
@@ -126,7 +126,8 @@ def stalls(entry: dict) -> dict | None:
 
 def stalled(result: dict) -> dict[str, dict]:
     """The models of one run (a side's process, as `bench.scenarios` writes it) whose decode steps stalled: their
-    stalls add more than STALL_SHARE to the run's timed steps. Empty when the run is clean or has no decode."""
+    stalls make up more than STALL_SHARE of the run's timed steps' time. Empty when the run is clean or has no
+    decode."""
     found = {}
     for model, entry in result.get("scenarios", {}).get("decode", {}).items():
         summary = stalls(entry) if entry.get("status") == "ok" else None
@@ -136,7 +137,7 @@ def stalled(result: dict) -> dict[str, dict]:
 
 
 def stall_share(result: dict) -> float:
-    """The largest share of its timed decode steps' time that stalls added to a run, over its models (0 when none)."""
+    """The largest share of a run's timed decode steps' time that its stalls make up, over its models (0: none)."""
     entries = result.get("scenarios", {}).get("decode", {}).values()
     shares = [summary["share"] for e in entries if e.get("status") == "ok" and (summary := stalls(e))]
     return max(shares, default=0.0)
