@@ -123,7 +123,9 @@ def render_headline(results: dict) -> str:
         "",
         "Per-token figures are floors: each part of a call at its fastest over all the runs of a tree, which no "
         "stall of a busy machine moves ([how](utils/bench/README.md#how-it-measures)); absolute times depend on the "
-        "machine and its load, compare the ratios. No GPU figure exists yet: `--device cuda` has not been run on a GPU.",
+        "machine and its load, compare the ratios. The compile's ratio, from one cold compile per tree unless "
+        "`make bench-long`, moves by several percent from run to run. No GPU figure exists yet: `--device cuda` has "
+        "not been run on a GPU.",
     ]
     return "\n".join(lines)
 
