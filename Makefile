@@ -6,7 +6,7 @@
 #   make bench      the main job: the fork against pristine upstream side by side (table, JSON, plot; utils/bench/README.md)
 #   make bench-long     the same plus a cold compile in every run and the consecutive calls (much longer)
 #   make bench-quick    the same, smaller (BENCH_ARGS adds options, e.g. BENCH_ARGS="--device cuda")
-#   make bench-publish  the latest bench-out/ run into docs/ and the README's generated figures (RUN=<folder> for another)
+#   make bench-publish  the latest full bench-out/ run into docs/ and the README's generated figures (RUN=<folder> for another)
 #   make oracle     every causal-LM architecture as a tiny model, pristine vs the fork, tokens and scores compared
 #                   exactly (about a minute; ORACLE_ARGS="--only gpt2,llama" for some)
 #
