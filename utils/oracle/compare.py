@@ -12,7 +12,7 @@ import torch
 REFERENCE_ATOL = 1e-4  # a run against its reference, computed another way (never one side against the other)
 
 
-CACHES = ("static", "dynamic")
+CACHES = ("static", "dynamic", "passed")  # see `oracle.matrix`
 
 
 def _ran(entry: dict, cache: str) -> bool:
@@ -89,15 +89,16 @@ def compare(a: dict, b: dict) -> dict:
 
 
 def initializations(results: dict) -> dict:
-    """With `--wrap`: the models whose static cache was initialized before the first forward, and those with layers
-    initialized again (model -> count)."""
-    early = [model for model, entry in results["models"].items() if entry.get("static", {}).get("early")]
-    again = {
-        model: entry["static"]["reinitialized"]
-        for model, entry in results["models"].items()
-        if entry.get("static", {}).get("reinitialized")
-    }
-    return {"early": early, "reinitialized": again}
+    """With `--wrap`, per static cache run (`static`, `passed`): the models whose cache was initialized before the
+    first forward, and those with layers initialized again (model -> count)."""
+    inits = {}
+    for cache in ("static", "passed"):
+        runs = {model: entry.get(cache, {}) for model, entry in results["models"].items()}
+        inits[cache] = {
+            "early": [model for model, run in runs.items() if run.get("early")],
+            "reinitialized": {model: run["reinitialized"] for model, run in runs.items() if run.get("reinitialized")},
+        }
+    return inits
 
 
 def report(a: dict, b: dict) -> str:
@@ -118,11 +119,12 @@ def report(a: dict, b: dict) -> str:
     lines += [f"  DIFFERENT {model} [{cache}]: {detail}" for model, cache, detail in differences]
     for name, side in (("A", a), ("B", b)):
         if side["wrap"]:
-            inits = initializations(side)
-            lines.append(
-                f"{name} ({side['tree']}): static cache initialized before the prefill in {len(inits['early'])} "
-                f"model types; layers initialized again in {sorted(inits['reinitialized'].items())}"
-            )
+            for cache, inits in initializations(side).items():
+                lines.append(
+                    f"{name} ({side['tree']}), {cache}: static cache initialized before the prefill in "
+                    f"{len(inits['early'])} model types; layers initialized again in "
+                    f"{sorted(inits['reinitialized'].items())}"
+                )
     return "\n".join(lines)
 
 

@@ -3,9 +3,11 @@
 Every model type of `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`, as a tiny random model built from its config class (the
 class defaults, with the generic size overrides below applied to the config and its sub-configs, and per-model fixes
 in `SPECIAL`): greedy `generate` of 6 tokens, batch 2 with the first row left padded, eos off, scores returned, with a
-static and with a dynamic cache. With `--wrap` the instance's forward is replaced by a `functools.wraps` wrapper
+static cache `generate` makes, a dynamic cache, and a `StaticCache` passed in and reset between two calls (`passed`,
+both calls compared). With `--wrap` the instance's forward is replaced by a `functools.wraps` wrapper
 first (the path of a user-compiled forward) and every `lazy_initialization` of a static layer is recorded: whether
-the cache was initialized before the first forward (`early`) and how many layers were initialized again.
+the cache was initialized before the first forward (`early`) and how many layers were initialized again, for the
+static caches `generate` makes and for the ones passed in.
 The driver (`python -m oracle`) runs this module once per tree with `PYTHONPATH` set to the tree.
 """
 
@@ -24,6 +26,8 @@ import torch
 
 import transformers
 import transformers.cache_utils as cache_utils
+from oracle.compare import CACHES
+from transformers import StaticCache
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
@@ -509,27 +513,41 @@ def run_model(model_type, class_name, wrap):
 
         model.forward = forward
         patch_static_layers()  # layer classes of modeling files imported by now
-    for cache in ("static", "dynamic"):
+    for cache in CACHES:
         STATE["forward_calls"] = 0
         STATE["records"] = []
         res = {}
         t0 = time.perf_counter()
+        kwargs = {
+            "max_new_tokens": 6,
+            "do_sample": False,
+            "num_beams": 1,
+            "eos_token_id": None,
+            "pad_token_id": 0,
+            "output_scores": True,
+            "return_dict_in_generate": True,
+        }
         try:
             with torch.no_grad():
-                out = model.generate(
-                    ids.clone(),
-                    attention_mask=mask.clone(),
-                    max_new_tokens=6,
-                    do_sample=False,
-                    num_beams=1,
-                    eos_token_id=None,
-                    pad_token_id=0,
-                    output_scores=True,
-                    return_dict_in_generate=True,
-                    cache_implementation="static" if cache == "static" else None,
-                )
-            res["sequences"] = out.sequences.detach().clone()
-            res["scores"] = torch.stack([s.detach().float() for s in out.scores]).clone()
+                if cache == "passed":
+                    # A static cache the user passes in and resets between two calls (the explicit way to decode
+                    # into the same tensors call after call): both calls' outputs are compared
+                    passed = StaticCache(config=model.config, max_cache_len=ids.shape[1] + 6)
+                    outs = []
+                    for _ in range(2):
+                        passed.reset()
+                        outs.append(
+                            model.generate(ids.clone(), attention_mask=mask.clone(), past_key_values=passed, **kwargs)
+                        )
+                    res["sequences"] = torch.cat([out.sequences.detach() for out in outs])
+                    res["scores"] = torch.cat([torch.stack([s.detach().float() for s in out.scores]) for out in outs])
+                else:
+                    implementation = "static" if cache == "static" else None
+                    out = model.generate(
+                        ids.clone(), attention_mask=mask.clone(), cache_implementation=implementation, **kwargs
+                    )
+                    res["sequences"] = out.sequences.detach().clone()
+                    res["scores"] = torch.stack([s.detach().float() for s in out.scores]).clone()
         except Timeout:
             raise
         except Exception as e:  # noqa: BLE001
