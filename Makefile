@@ -22,7 +22,8 @@
 #   make upstream-outlook [UPSTREAM=x.y.z]   how the series stands against the newest release (changes nothing)
 #   make bisect     after patches 1..k, the tests of patches 1..k pass (each k, in a scratch tree)
 #   make standalone each patch applies with `git am -3` to pristine alone, or on the patches its `Depends-on:`
-#                   trailers name, and its own tests pass there (ONLY=0005 for one patch)
+#                   trailers name, and its own tests pass there (ONLY=0005 for one patch; BEFORE=1 also runs them
+#                   without the patch's source change and writes what fails there to standalone-out/)
 #   make quality / make style   ruff check / ruff fix+format on touched files and the tooling
 
 PYTHON ?= python3
@@ -68,7 +69,8 @@ bisect: install
 	PYTHONPATH=utils $(VPY) -m forktool.bisect -- $(PYTEST_ARGS)
 
 standalone: install
-	PYTHONPATH=utils $(VPY) -m forktool.standalone --tests $(if $(ONLY),--only $(ONLY)) -- $(PYTEST_ARGS)
+	PYTHONPATH=utils $(VPY) -m forktool.standalone --tests $(if $(ONLY),--only $(ONLY)) \
+		$(if $(BEFORE),--before --report standalone-out) -- $(PYTEST_ARGS)
 
 # pytest's own exit status is the result: 5 (nothing collected) fails like any other non-zero status.
 test: install

@@ -5,7 +5,10 @@ line, with a trailer line `Depends-on: <subject of the patch it needs>`; it must
 patch. For each patch, in one scratch work tree of the pristine sdist (back to the `upstream` tag between
 patches), applies its dependencies (transitively, in series order), then the patch itself, with `git am -3`,
 and reports one line per patch. With `--tests`, also runs there the test files the patch itself adds or
-changes, as `make bisect` does. `make check` runs the apply part.
+changes, as `make bisect` does. With `--before` (implies `--tests`), also runs them on the patch's base without
+its source change: its dependencies plus only the patch's files under `tests/`, where they are expected to fail
+(that run never fails the verb); `--report DIR` writes per patch the tests that fail there, with the first line of
+each error, to check what the commit message says fails before the change. `make check` runs the apply part.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ class Result:
     error: str | None = None
     tests: str | None = None  # pytest's summary line, with `--tests`
     output: str = ""  # the end of pytest's output when the tests fail
+    before: str | None = None  # with `--before`, pytest's summary line without the patch's source change
+    failing_before: list[str] = field(default_factory=list)  # there, `FAILED <test> - <first line of its error>`
 
     def line(self) -> str:
         if self.error:
@@ -43,7 +48,8 @@ class Result:
             state = "applies on " + ", ".join(p.name.split("-", 1)[0] for p in self.needs)
         else:
             state = "applies alone"
-        return f"{self.patch.name}: {state}" + (f"; {self.tests}" if self.tests else "")
+        before = f" | without its source change: {self.before}" if self.before else ""
+        return f"{self.patch.name}: {state}" + (f"; {self.tests}{before}" if self.tests else "")
 
 
 def read_mail(patch: Path) -> tuple[str, list[str]]:
@@ -112,13 +118,16 @@ def am_failure(output: str) -> str:
     return "; ".join(reasons or errors[:1] or output.strip().splitlines()[-1:] or ["git am failed"])
 
 
-def check_one(tree: Path, result: Result, pytest_args: list[str] | None = None, config_root: Path = ROOT) -> None:
+def check_one(
+    tree: Path, result: Result, pytest_args: list[str] | None = None, config_root: Path = ROOT, before: bool = False
+) -> None:
     """Check one patch in `tree`, a git work tree of the pristine sdist tagged `upstream`, and record the outcome.
 
     The objects that applying the patches writes go to a scratch object directory, dropped afterwards: `git am
     -3` finds in `tree` the blobs of pristine and of this patch's dependencies only, as in a checkout of the
     release, never those of another patch checked before. With `pytest_args` (a list, possibly empty), also runs
-    the test files the patch adds or changes, with the pytest settings of `config_root`.
+    the test files the patch adds or changes, with the pytest settings of `config_root`; with `before` as well,
+    runs them again on the dependencies alone, with only the patch's files under `tests/` checked out.
     """
     if result.error:
         return
@@ -143,25 +152,60 @@ def check_one(tree: Path, result: Result, pytest_args: list[str] | None = None, 
             if pytest_args is not None:
                 changed = scratch_git("diff", "--name-only", "--diff-filter=d", "HEAD~1", "HEAD", "--", "tests")
                 _run_tests(tree, result, changed.stdout.split(), pytest_args, config_root)
+                if before and result.tests != "no tests":
+                    # the patch's base, then its added and changed files under tests/ (a deleted one stays: unrun)
+                    patched = scratch_git("rev-parse", "HEAD").stdout.strip()
+                    scratch_git("checkout", "--quiet", "--detach", "HEAD~1")
+                    scratch_git("checkout", patched, "--", *changed.stdout.split())
+                    scratch_git("clean", "-fdxq")  # the bytecode of the patched sources
+                    _run_tests(tree, result, changed.stdout.split(), pytest_args, config_root, before=True)
         finally:
             scratch_git("checkout", "--quiet", "--force", "--detach", UPSTREAM_TAG)
             scratch_git("clean", "-fdxq")  # with the bytecode of the files the patches changed
 
 
-def _run_tests(tree: Path, result: Result, changed: list[str], pytest_args: list[str], config_root: Path) -> None:
+def _run_tests(
+    tree: Path, result: Result, changed: list[str], pytest_args: list[str], config_root: Path, before: bool = False
+) -> None:
     tests = [str(tree / p) for p in changed if Path(p).name.startswith("test_") and p.endswith(".py")]
     if not tests:
         result.tests = "no tests"
         return
     env = {**os.environ, "PYTHONPATH": str(tree / "src")}
-    # the repository's pytest settings (markers), the scratch tree's code and tests
+    if before:
+        env["COLUMNS"] = "1000"  # else `-rf` cuts a failure's error, or drops it after a long test id
+    # the repository's pytest settings (markers), the scratch tree's code and tests, its root as pytest's (the test
+    # ids of files outside pytest's root dir lose their path); `-rf`: a line per failed test
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(config_root / "pyproject.toml"),
-           "--rootdir", str(config_root), *pytest_args, *tests]  # fmt: skip
+           "--rootdir", str(tree), *(["-rf"] if before else []), *pytest_args, *tests]  # fmt: skip
     run = subprocess.run(cmd, cwd=tree.parent, env=env, capture_output=True, text=True)
-    result.tests = f"{len(tests)} test files, " + (run.stdout.strip().splitlines() or ["(no output)"])[-1]
+    summary = (run.stdout.strip().splitlines() or ["(no output)"])[-1]
+    if before:
+        # pytest names them from its working directory, the tree's parent
+        found = failures(run.stdout.replace(f"{tree}/", ""))
+        result.failing_before = [line.replace(f" {tree.name}/", " ", 1) for line in found]
+        errors = sum(line.startswith("ERROR collecting") for line in result.failing_before)
+        result.before = f"errors during collection: {errors} ({summary})" if errors else summary
+        return
+    result.tests = f"{len(tests)} test files, {summary}"
     if run.returncode != 0:
         result.error = "its tests fail"
         result.output = run.stdout[-3000:]
+
+
+def failures(output: str) -> list[str]:
+    """The failed tests of pytest's `-rf` short summary, then each test file it could not collect with the first
+    `E` line of its error (the short summary names such a file without its error)."""
+    failed = [line for line in output.splitlines() if line.startswith("FAILED ")]
+    collecting = None
+    for line in output.splitlines():
+        if match := re.fullmatch(r"_+ ERROR collecting (.+?) _+", line):
+            collecting = match[1]
+            failed.append(f"ERROR collecting {collecting}")
+        elif collecting and line.startswith("E "):
+            failed[-1] += f" - {line[1:].strip()}"
+            collecting = None
+    return failed
 
 
 def check_standalone(tree: Path, patches: list[Path]) -> list[Result]:
@@ -172,7 +216,13 @@ def check_standalone(tree: Path, patches: list[Path]) -> list[Result]:
     return results
 
 
-def standalone(root: Path, pytest_args: list[str] | None = None, only: list[str] | None = None) -> bool:
+def standalone(
+    root: Path,
+    pytest_args: list[str] | None = None,
+    only: list[str] | None = None,
+    before: bool = False,
+    report: Path | None = None,
+) -> bool:
     upstream, patches = read_upstream(root), read_series(root)
     results = [r for r in resolve(patches) if not only or r.patch.name.startswith(tuple(only))]
     if only and not results:
@@ -182,10 +232,14 @@ def standalone(root: Path, pytest_args: list[str] | None = None, only: list[str]
         tree = Path(tmp) / "tree"
         build_tree(tree, upstream, [], sdist)
         for result in results:
-            check_one(tree, result, pytest_args, root)
+            check_one(tree, result, pytest_args, root, before)
             print(result.line(), flush=True)
             if result.output:
                 print(result.output, flush=True)
+            if report and result.before:
+                report.mkdir(parents=True, exist_ok=True)
+                lines = [result.line(), *result.failing_before]
+                (report / f"{result.patch.stem}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return not any(r.error for r in results)
 
 
@@ -194,12 +248,19 @@ def main() -> int:
     parser.add_argument("--root", type=Path, default=ROOT, help="repository root (default: this checkout)")
     parser.add_argument("--tests", action="store_true", help="also run each patch's own tests on its tree")
     parser.add_argument(
+        "--before", action="store_true", help="with --tests (implied), also on its base without its source change"
+    )
+    parser.add_argument("--report", type=Path, help="with --before, a folder for a file per patch of what fails there")
+    parser.add_argument(
         "--only", action="append", help="only the patches whose names start with these, e.g. 0005,0007"
     )
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments with --tests, e.g. -n 2")
     args = parser.parse_args()
+    if args.report and not args.before:
+        parser.error("--report goes with --before")
     only = [prefix for arg in args.only or [] for prefix in arg.split(",") if prefix]
-    if not standalone(args.root.resolve(), args.pytest_args if args.tests else None, only):
+    pytest_args = args.pytest_args if args.tests or args.before else None
+    if not standalone(args.root.resolve(), pytest_args, only, args.before, args.report):
         log("some patches do not apply alone, or on the patches their Depends-on trailers name")
         return 1
     return 0

@@ -431,6 +431,63 @@ def test_standalone_tests_run_on_the_patch_tree(toy_root, capsys):
     assert re.fullmatch(r"0004-Set-v10.patch: applies on 0001; 1 test files, 1 passed in .*", lines[3]), lines
 
 
+def test_standalone_before_runs_the_tests_without_the_source_change(toy_root, tmp_path, capsys):
+    toy_series(
+        toy_root,
+        ("Set v1", set_value("v1", 1, 100), []),
+        (
+            "Raise v1",
+            {
+                **set_value("v1", 100, 1000),
+                "tests/utils/test_v1.py": (
+                    "",
+                    "from transformers import values\n\n\n"
+                    "def test_v1_is_raised_from_one_hundred_to_one_thousand_by_the_patch():\n"
+                    "    assert values.v1 == 1000\n",
+                ),
+            },
+            ["Set v1"],
+        ),
+        # its test imports a name the patch adds: without it, pytest cannot collect the file
+        (
+            "Add v30",
+            {
+                VALUES: ("v29 = 29\n", "v29 = 29\nv30 = 30\n"),
+                "tests/utils/test_v30.py": (
+                    "",
+                    "from transformers.values import v30\n\n\ndef test_v30():\n    assert v30 == 30\n",
+                ),
+            },
+            [],
+        ),
+    )
+    report = tmp_path / "report"
+    ok = standalone(toy_root, [], before=True, report=report)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("00")]
+    assert ok, lines  # failing tests without the source change are expected
+    assert lines[0] == "0001-Set-v1.patch: applies alone; no tests"
+    assert re.fullmatch(
+        r"0002-Raise-v1.patch: applies on 0001; 1 test files, 1 passed in .* \| without its source change: "
+        r"1 failed in .*",
+        lines[1],
+    ), lines
+    assert re.fullmatch(
+        r"0003-Add-v30.patch: applies alone; 1 test files, 1 passed in .* \| without its source change: "
+        r"errors during collection: 1 \(1 error in .*\)",
+        lines[2],
+    ), lines
+    assert sorted(p.name for p in report.iterdir()) == ["0002-Raise-v1.txt", "0003-Add-v30.txt"]
+    assert (report / "0002-Raise-v1.txt").read_text(encoding="utf-8").splitlines()[1:] == [
+        # the error as well, after an id longer than pytest's default 80 columns
+        "FAILED tests/utils/test_v1.py::test_v1_is_raised_from_one_hundred_to_one_thousand_by_the_patch - "
+        "assert 100 == 1000"
+    ]
+    assert (report / "0003-Add-v30.txt").read_text(encoding="utf-8").splitlines()[1:] == [
+        "ERROR collecting tests/utils/test_v30.py - ImportError: cannot import name 'v30' from 'transformers.values' "
+        "(src/transformers/values.py)"
+    ]
+
+
 def test_check_reports_a_patch_that_does_not_apply_alone(toy_root):
     toy_series(
         toy_root,
