@@ -8,7 +8,8 @@
 #   make bench-quick    the same, smaller (BENCH_ARGS adds options, e.g. BENCH_ARGS="--device cuda")
 #   make bench-publish  the latest full bench-out/ run into docs/ and the README's generated figures (RUN=<folder> for another)
 #   make oracle     every causal-LM architecture as a tiny model, pristine vs the fork, tokens and scores compared
-#                   exactly (about a minute; ORACLE_ARGS="--only gpt2,llama" for some)
+#                   exactly, and the case families (utils/oracle/README.md; about 3 minutes on 2 cores;
+#                   ORACLE_ARGS="--only gpt2,llama" for some)
 #
 # Patch queue (the work tree .fork/ is a git repository: `upstream` tag, then one commit per patch):
 #   make fork       build .fork/ from the pinned sdist + patches/ and link src/transformers, tests into it
