@@ -77,6 +77,10 @@ def describe_run(results: dict) -> str:
     return ", ".join(parts)
 
 
+def _upstream_version(results: dict) -> str:
+    return results.get("trees", {}).get("upstream", {}).get("transformers_version", "?")
+
+
 def render_headline(results: dict) -> str:
     """The README's first-screen block: per-token time, host time and compile cost, pristine vs fork."""
     decode, cost = results.get("decode", {}), results.get("compile_cost", {})
@@ -85,7 +89,7 @@ def render_headline(results: dict) -> str:
         f"**What the fork buys**, from the latest `make bench` ({describe_run(results)}): tiny "
         f"{' and '.join(MODEL_NAMES.get(m, m) for m in models)} on CPU, `generate` of "
         f"{decode[models[0]]['upstream']['forward_calls'] if models else '?'} tokens with a static cache "
-        "and a compiled forward, pristine 5.23.0 -> the fork:",
+        f"and a compiled forward, pristine {_upstream_version(results)} -> the fork:",
         "",
         "| | " + " | ".join(f"{MODEL_NAMES.get(m, m)}: pristine -> fork" for m in models) + " |",
         "|---|" + "---|" * len(models),
@@ -153,7 +157,7 @@ def render_table(results: dict) -> str:
         f"`make bench`, {describe_run(results)}. Per-token times: **floor**; median [min-max] over the runs "
         "(each run: the median of its calls).",
         "",
-        "| | upstream 5.23.0 | fork | fork / upstream: floor (median) |",
+        f"| | upstream {_upstream_version(results)} | fork | fork / upstream: floor (median) |",
         "|---|---|---|---|",
     ]
 

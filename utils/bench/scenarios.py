@@ -374,7 +374,7 @@ def decode(name: str, device: str, mode: str, sizes: dict, cold_cache: bool | No
         # The static cache writes at its own running position: reset it (in place, outside the timing) before each
         # replay, so that every replay writes at a valid position with the same shapes and addresses.
         args, kwargs = timer.last_call
-        cache = kwargs["past_key_values"]
+        cache = kwargs["cache"]
         limit, limit_cpu = [], []
         with torch.no_grad():
             for _ in range(3):
@@ -538,7 +538,7 @@ def tracing(device: str, flush_steps: int) -> dict:
     head_dim = config.n_embd // config.n_head
 
     def step(ids, cache):
-        return model(ids, past_key_values=cache, use_cache=True).logits
+        return model(ids, cache=cache, use_cache=True).logits
 
     def with_new_cache(ids):
         return step(ids, DynamicCache(config=config))
@@ -672,7 +672,7 @@ def mask_matrix(device: str) -> dict:
             if cross:
                 expected = model(input_ids, attention_mask=mask_2d, encoder_attention_mask=encoder_mask, **extra)
             else:
-                expected = model(input_ids, attention_mask=mask_2d, past_key_values=DynamicCache(config=model.config))
+                expected = model(input_ids, attention_mask=mask_2d, cache=DynamicCache(config=model.config))
             matrix[name] = {}
             for kind in MASK_KINDS:
                 if cross:
@@ -689,7 +689,7 @@ def mask_matrix(device: str) -> dict:
                     mask_4d = causal[None, None] & padding[:, None, None, :]
                     kwargs = {
                         "attention_mask": _as_kind(mask_4d, kind),
-                        "past_key_values": DynamicCache(config=model.config),
+                        "cache": DynamicCache(config=model.config),
                     }
                 try:
                     actual = model(input_ids, **kwargs, **extra)

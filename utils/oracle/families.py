@@ -401,7 +401,7 @@ def kept_after_generate(model_type: str, replace_forward) -> dict:
     replace_forward(model)
     caches = []  # a weak reference to the cache the forward gets
     model.register_forward_pre_hook(
-        lambda module, args, kwargs: caches.append(weakref.ref(kwargs["past_key_values"])), with_kwargs=True
+        lambda module, args, kwargs: caches.append(weakref.ref(kwargs["cache"])), with_kwargs=True
     )
     ids = torch.randint(3, 99, (2, 5), generator=torch.Generator().manual_seed(5))
     before = reachable_tensor_bytes(model)

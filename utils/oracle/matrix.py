@@ -536,9 +536,7 @@ def run_model(model_type, class_name, wrap):
                     outs = []
                     for _ in range(2):
                         passed.reset()
-                        outs.append(
-                            model.generate(ids.clone(), attention_mask=mask.clone(), past_key_values=passed, **kwargs)
-                        )
+                        outs.append(model.generate(ids.clone(), attention_mask=mask.clone(), cache=passed, **kwargs))
                     res["sequences"] = torch.cat([out.sequences.detach() for out in outs])
                     res["scores"] = torch.cat([torch.stack([s.detach().float() for s in out.scores]) for out in outs])
                 else:

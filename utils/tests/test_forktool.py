@@ -66,7 +66,7 @@ def make_one_patch(root: Path) -> Path:
 def test_materialize_builds_pristine_commit_and_links(fork_root):
     work = materialize(fork_root)
     log = git(work, "log", "--format=%s").stdout.splitlines()
-    assert log == ["upstream transformers 5.23.0"]
+    assert log == [f"upstream transformers {read_upstream(fork_root).version}"]
     assert git(work, "status", "--porcelain").stdout == ""
     assert os.readlink(fork_root / "src" / "transformers") == "../.fork/src/transformers"
     assert os.readlink(fork_root / "tests") == ".fork/tests"
@@ -101,11 +101,16 @@ def test_materialize_rebuilds_when_patches_change(fork_root, tmp_path):
         patch.unlink()
     (fork_root / "patches" / "series").write_text("", encoding="utf-8")
     materialize(fork_root)
-    assert git(work, "log", "--format=%s").stdout.splitlines() == ["upstream transformers 5.23.0"]
+    assert git(work, "log", "--format=%s").stdout.splitlines() == [
+        f"upstream transformers {read_upstream(fork_root).version}"
+    ]
     # and the patch coming back is applied again
     shutil.copytree(mails, fork_root / "patches", dirs_exist_ok=True)
     materialize(fork_root)
-    assert git(work, "log", "--format=%s").stdout.splitlines() == ["Mark DynamicLayer", "upstream transformers 5.23.0"]
+    assert git(work, "log", "--format=%s").stdout.splitlines() == [
+        "Mark DynamicLayer",
+        f"upstream transformers {read_upstream(fork_root).version}",
+    ]
 
 
 def test_materialize_keeps_unexported_work(fork_root):
@@ -146,7 +151,7 @@ def test_patches_apply_with_plain_git_am(fork_root, sdist, tmp_path):
     shutil.copytree(next((tmp_path / "unpacked").iterdir()), checkout, dirs_exist_ok=True)
     git(checkout, "init", "--quiet")
     git(checkout, "add", "--all")
-    git(checkout, "commit", "--quiet", "--message", "v5.23.0")
+    git(checkout, "commit", "--quiet", "--message", f"v{read_upstream(fork_root).version}")
     git(checkout, "am", *[str(p) for p in sorted((fork_root / "patches").glob("*.patch"))])
     assert "class DynamicLayer(CacheLayerMixin):  # fork" in (checkout / CACHE_FILE).read_text(encoding="utf-8")
 
