@@ -4,8 +4,8 @@
 #   make test       installs when needed, runs `make check`, then every test (pytest -n 2)
 #   make test-compile   only the tests marked `compile`
 #   make bench      the main job: the fork against pristine upstream side by side (table, JSON, plot; utils/bench/README.md)
-#   make bench-long     the same plus a cold compile in every run and the consecutive calls (much longer)
-#   make bench-quick    the same, smaller (BENCH_ARGS adds options, e.g. BENCH_ARGS="--device cuda")
+#   make bench-quick    `make bench`, smaller (BENCH_ARGS adds options, e.g. BENCH_ARGS="--device cuda")
+#   make bench-long     `make bench` plus a cold compile in every run and the consecutive calls (much longer)
 #   make bench-publish  the latest full bench-out/ run into docs/ and the README's generated figures (RUN=<folder> for another)
 #   make oracle     every causal-LM architecture as a tiny model, pristine vs the fork, tokens and scores compared
 #                   exactly, and the case families (utils/oracle/README.md; about 3 minutes on 2 cores;

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from forktool.common import ROOT
 
-from . import report
+from . import publish, report
 from .trees import fork_tree, pristine_tree
 
 
@@ -347,15 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report.table(aggregated))
     print()
-    if args.publish:
-        from . import publish
-
-        try:
-            for path in publish.publish(out):
-                print(f"bench: updated {path.relative_to(ROOT)}")
-        except publish.PublishError as e:
-            print(f"bench: error: {e}", file=sys.stderr)
-            return 2
+    if args.publish and publish.main([str(out)]) != 0:
+        return 2
     minutes, seconds = divmod(round(aggregated["wall_s"]), 60)
     plot = ", decode.png" if aggregated["plot"] else ""
     print(f"bench: wrote {out} (results.json{plot}) in {minutes} min {seconds} s")

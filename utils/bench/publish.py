@@ -4,8 +4,8 @@ Copies `results.json` and `decode.png` of a run folder (default: the latest unde
 `docs/bench-results.json` and `docs/bench-decode.png`, then rewrites the README's generated blocks from
 `docs/bench-results.json`: the headline on its first screen (`<!-- bench:headline -->` ... `<!-- /bench:headline -->`)
 and the benchmark's table (`<!-- bench:table -->` ... `<!-- /bench:table -->`). `--check` changes nothing and exits 1
-when the blocks differ from what `docs/bench-results.json` gives (a test runs it), so the README cannot drift from
-the published run by hand.
+when the blocks differ from what `docs/bench-results.json` gives (a test runs the same comparison), so the README
+cannot drift from the published run by hand.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from forktool.common import ROOT
 
-from .report import SIDES, _fmt
+from .report import SCHEMA_VERSION, SIDES, _fmt
 
 
 RESULTS = Path("docs") / "bench-results.json"
@@ -356,8 +356,8 @@ def publish(run: Path, root: Path = ROOT) -> list[Path]:
     results = json.loads(results_path.read_text(encoding="utf-8"))
     if results.get("quick"):
         raise PublishError(f"{run} is a --quick run: publish a full one")
-    if results.get("schema_version") != 3:
-        raise PublishError(f"{results_path} has schema version {results.get('schema_version')}, not 3")
+    if results.get("schema_version") != SCHEMA_VERSION:
+        raise PublishError(f"{results_path} has schema version {results.get('schema_version')}, not {SCHEMA_VERSION}")
     (root / "docs").mkdir(exist_ok=True)
     written = [root / RESULTS]
     shutil.copyfile(results_path, root / RESULTS)
@@ -372,8 +372,10 @@ def publish(run: Path, root: Path = ROOT) -> list[Path]:
 def out_of_sync(root: Path = ROOT) -> list[str]:
     """The README's blocks that differ from what `docs/bench-results.json` gives (missing ones included)."""
     results = json.loads((root / RESULTS).read_text(encoding="utf-8"))
-    if results.get("schema_version") != 3:
-        raise PublishError(f"{RESULTS} has schema version {results.get('schema_version')}, not 3: publish a run")
+    if results.get("schema_version") != SCHEMA_VERSION:
+        raise PublishError(
+            f"{RESULTS} has schema version {results.get('schema_version')}, not {SCHEMA_VERSION}: publish a run"
+        )
     text = (root / "README.md").read_text(encoding="utf-8")
     return [name for name, render in BLOCKS.items() if block(text, name) != render(results)]
 

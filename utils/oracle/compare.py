@@ -92,7 +92,7 @@ def initializations(results: dict) -> dict:
     """With `--wrap`, per static cache run (`static`, `passed`): the models whose cache was initialized before the
     first forward, and those with layers initialized again (model -> count)."""
     inits = {}
-    for cache in ("static", "passed"):
+    for cache in (cache for cache in CACHES if cache != "dynamic"):
         runs = {model: entry.get(cache, {}) for model, entry in results["models"].items()}
         inits[cache] = {
             "early": [model for model, run in runs.items() if run.get("early")],

@@ -602,7 +602,7 @@ def main(argv=None):
         status = []
         if "build" in entry:
             status.append(f"BUILD {entry['build']['error_type']}: {entry['build']['error'][:120]}")
-        for cache in ("static", "dynamic"):
+        for cache in CACHES:
             r = entry.get(cache)
             if r is None:
                 continue

@@ -15,6 +15,7 @@ from bench.report import (
     COMPILE_TIMES,
     DECODE_TIMES,
     FLOOR_TIMES,
+    SCHEMA_VERSION,
     SIDES,
     STALL_SHARE,
     aggregate,
@@ -74,7 +75,7 @@ def test_quick_mode_writes_table_json_and_plot(quick_run):
 def test_quick_mode_json_schema(quick_run):
     _, out = quick_run
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    assert results["schema_version"] == 3
+    assert results["schema_version"] == SCHEMA_VERSION
     assert results["quick"] is True and results["long"] is False
     assert results["device"] == "cpu" and results["compile_mode"] == "default" and results["threads"] == 1
     assert results["reps"] == 1 and results["rerun_budget"] == 0 and results["order"] == ["upstream", "fork"]
