@@ -24,7 +24,7 @@ from .report import SCHEMA_VERSION, SIDES, _fmt
 
 RESULTS = Path("docs") / "bench-results.json"
 PLOT = Path("docs") / "bench-decode.png"
-MODEL_NAMES = {"gpt2": "GPT2", "llama": "Llama"}
+MODEL_NAMES = {"gpt2": "GPT2", "llama": "Llama", "gemma2": "Gemma 2 (sliding window 4)"}
 
 
 class PublishError(Exception):
@@ -226,15 +226,20 @@ def render_table(results: dict) -> str:
             cells["fork"],
         )
     static = results.get("recompiles", {})
-    configs = [static[m]["static_cache"] for m in static if _ok(static[m].get("static_cache"))]
-    if configs:
-        keys = ("graphs", "graphs_after_first_decode_step", "graph_breaks")
-        cells = {side: ", ".join(" / ".join(str(c[side][k]) for k in keys) for c in configs) for side in SIDES}
-        row(
-            "compiled decode graphs, static cache: graphs / after the first decode step / graph breaks",
-            cells["upstream"],
-            cells["fork"],
-        )
+    for config, keys, label in (
+        ("static_cache", ("graphs", "graphs_after_first_decode_step", "graph_breaks"), "graphs / after the first "
+         "decode step / graph breaks (`dynamic=False`)"),
+        ("static_cache_dynamic_none", ("graphs", "symint_inputs_of_decode_graphs"), "graphs / `SymInt` inputs of the "
+         "decoding graphs (`dynamic=None`, the default)"),
+    ):  # fmt: skip
+        models = [m for m in static if _ok(static[m].get(config))]
+        if models:
+            cells = {
+                side: ", ".join(" / ".join(str(static[m][config][side][k]) for k in keys) for m in models)
+                for side in SIDES
+            }
+            names = " / ".join(MODEL_NAMES.get(m, m) for m in models)
+            row(f"compiled decode, static cache, {names}: {label}", cells["upstream"], cells["fork"])
     tracing = results.get("tracing", {})
     cases = (
         ("compile_fullgraph_early_cache", "rank1_empty_graph_inputs"),

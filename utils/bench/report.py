@@ -6,7 +6,7 @@ import statistics
 from pathlib import Path
 
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SIDES = ("upstream", "fork")
 DECODE_TIMES = (
     "ms_per_token",
@@ -237,7 +237,6 @@ def aggregate(runs: list[dict], meta: dict) -> dict:
             "src": meta["tree_src"][side],
             "transformers_file": first[side]["transformers_file"],
             "transformers_version": first[side]["transformers_version"],
-            "static_attention_mask_available": first[side]["static_attention_mask_available"],
         }
         for side in SIDES
     }
@@ -364,6 +363,7 @@ RECOMPILE_MEASURES = (
     "graphs_after_first_decode_step",
     "recompiles",
     "graph_breaks",
+    "symint_inputs_of_decode_graphs",
     "decode_mask_shapes",
     "decode_mask_addresses",
 )

@@ -26,7 +26,15 @@ import torch.utils._pytree as pytree
 from torch._dynamo.utils import counters
 
 import transformers
-from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    GenerationConfig,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+)
 from transformers.cache_utils import Cache, DynamicCache, QuantizedLayer
 
 
@@ -49,8 +57,15 @@ SIZES = {
     },
 }
 SCENARIOS = ["decode", "calls", "recompiles", "tracing", "mask_matrix"]
-MODELS = {"quick": ["gpt2"], "full": ["gpt2", "llama"]}
-RECOMPILE_CONFIGS = ["static_cache", "dynamic_cache"]
+MODELS = {"quick": ["gpt2"], "full": ["gpt2", "llama", "gemma2"]}
+SLIDING_WINDOW = 4  # Gemma 2's sliding window layers: the prompt and the generated tokens go past it
+# (name, static cache, `dynamic` of torch.compile): torch.compile's default `dynamic=None` marks sizes that change
+# between calls as dynamic, the `SymInt` inputs CUDA graphs record once per value
+RECOMPILE_CONFIGS = {
+    "static_cache": (True, False),
+    "static_cache_dynamic_none": (True, None),
+    "dynamic_cache": (False, True),
+}
 MASK_PATHS = [  # (attention, attn_implementation, reorder_and_upcast_attn)
     ("self", "eager", False),
     ("self", "eager", True),
@@ -102,13 +117,10 @@ def settled_heap():
         gc.unfreeze()
 
 
-def has_static_attention_mask() -> bool:
-    """Whether this tree's `GenerationConfig` knows `static_attention_mask` (patch 0007)."""
-    return hasattr(GenerationConfig(), "static_attention_mask")
-
-
 def tiny_model(name: str, device: str, attn_implementation: str = "sdpa", **kwargs):
-    """A 2-layer GPT2 or Llama with random weights (seeded), float32, in eval mode. No eos: generate runs to length."""
+    """A 2-layer GPT2, Llama or Gemma 2 (one sliding window layer of `SLIDING_WINDOW` tokens, one full attention
+    layer; eager attention, the only one it takes) with random weights (seeded), float32, in eval mode. No eos:
+    generate runs to length."""
     torch.manual_seed(0)
     common = {"vocab_size": VOCAB_SIZE, "bos_token_id": 1, "eos_token_id": None, "pad_token_id": PAD_TOKEN_ID}
     if name == "gpt2":
@@ -126,6 +138,21 @@ def tiny_model(name: str, device: str, attn_implementation: str = "sdpa", **kwar
             **kwargs,
         )
         model_class = LlamaForCausalLM
+    elif name == "gemma2":
+        config = Gemma2Config(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            max_position_embeddings=128,
+            sliding_window=SLIDING_WINDOW,
+            **common,
+            **kwargs,
+        )
+        model_class = Gemma2ForCausalLM
+        attn_implementation = "eager"
     else:
         raise ValueError(f"unknown model {name!r}")
     config._attn_implementation = attn_implementation
@@ -176,9 +203,11 @@ class TimedForward:
 
     def __call__(self, *args, **kwargs):
         mask = kwargs.get("attention_mask")
-        is_tensor = isinstance(mask, torch.Tensor)
-        self.mask_shapes.append(tuple(mask.shape) if is_tensor else None)
-        self.mask_addresses.append(mask.data_ptr() if is_tensor else None)
+        # One mask, or one per layer type (models with sliding window layers)
+        masks = [mask[key] for key in sorted(mask)] if isinstance(mask, dict) else [mask]
+        tensors = [m for m in masks if isinstance(m, torch.Tensor)]
+        self.mask_shapes.append(tuple(tuple(m.shape) for m in tensors) if tensors else None)
+        self.mask_addresses.append(tuple(m.data_ptr() for m in tensors) if tensors else None)
         self.last_call = (args, kwargs)
         cpu_start = time.process_time()
         start = time.perf_counter()
@@ -471,21 +500,24 @@ def calls(name: str, device: str, mode: str, sizes: dict) -> dict:
 
 
 def recompiles(name: str, device: str, config_name: str, steps: int) -> dict:
-    """Graphs, recompiles and graph breaks of a forward compiled with a counting backend over a whole `generate`."""
-    static_cache = config_name == "static_cache"
+    """Graphs, recompiles, graph breaks and `SymInt` inputs of a forward compiled with a counting backend over a
+    whole `generate`."""
+    static_cache, dynamic = RECOMPILE_CONFIGS[config_name]
     torch._dynamo.reset()
     counters.clear()
     model = tiny_model(name, device)
     input_ids, mask = prompt(device)
     compile_calls: list[int] = []  # the forward call during which each graph was compiled (0 = prefill)
     ops: list[int] = []
+    symints: list[int] = []
 
     def counting_backend(gm, example_inputs):
         compile_calls.append(len(timer.calls))
         ops.append(sum(node.op == "call_function" for node in gm.graph.nodes))
+        symints.append(sum(isinstance(value, torch.SymInt) for value in example_inputs))
         return gm.forward
 
-    timer = TimedForward(torch.compile(model.forward, backend=counting_backend, dynamic=not static_cache), False)
+    timer = TimedForward(torch.compile(model.forward, backend=counting_backend, dynamic=dynamic), False)
     model.forward = timer
     try:
         config = generation_config(steps, static_cache)
@@ -502,6 +534,7 @@ def recompiles(name: str, device: str, config_name: str, steps: int) -> dict:
         "recompiles": len(log.messages),
         "recompile_reasons": log.reasons(),
         "ops_per_graph": ops,
+        "symint_inputs_of_decode_graphs": sum(n for call, n in zip(compile_calls, symints) if call >= 1),
         "decode_mask_shapes": len(set(timer.mask_shapes[1:])),
         "decode_mask_addresses": len(set(timer.mask_addresses[1:])),
     }
@@ -718,7 +751,6 @@ def run_side(side: str, quick: bool, device: str, only: list[str] | None = None)
         "device": device,
         "compile_mode": mode,
         "quick": quick,
-        "static_attention_mask_available": has_static_attention_mask(),
         "inductor_cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
         "inductor_cache_cold": cold_cache,
         "torch_threads": torch.get_num_threads(),

@@ -1,9 +1,11 @@
 """`python -m oracle` (`make oracle`): the model matrix and the case families under pristine upstream and under the
 fork, compared.
 
-Runs `oracle.matrix` for each tree in its own process (the same interpreter, `PYTHONPATH` = the tree first), with
-the models' forward as it is and replaced by a wrapper (`--wrap`), then compares the sides of each mode exactly; then
-`oracle.families` for each tree, compared case by case (`oracle.compare.judge`). Writes the results and `report.txt`
+Runs `oracle.matrix` for each tree in its own process (the same interpreter, `PYTHONPATH` = the tree first; both
+trees at once), with the models' forward as it is and replaced by a wrapper (`--wrap`), then compares the sides of
+each mode exactly; then `oracle.sliding` (the sliding window and chunked families compiled past their window,
+`oracle.compare.compare_sliding`) and `oracle.families` for each tree, compared case by case
+(`oracle.compare.judge`). Writes the results and `report.txt`
 into `oracle-out/<timestamp>/`, prints the report, and exits 1 when a run differs.
 
 The trees default to the pristine sdist extracted into `.bench/` and this repository's `src/`; `--pristine-tree` and
@@ -17,6 +19,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -24,7 +27,7 @@ from bench.trees import fork_tree, pristine_tree
 from forktool.common import ROOT
 
 from oracle import FAMILIES
-from oracle.compare import compare, family_differences, report, report_families
+from oracle.compare import compare, family_differences, report, report_families, report_sliding, sliding_differences
 
 
 MODES = {"plain": [], "wrap": ["--wrap"]}
@@ -36,6 +39,15 @@ def source_folder(path: Path) -> Path:
         if (folder / "transformers" / "__init__.py").is_file():
             return folder.resolve()
     raise argparse.ArgumentTypeError(f"{path} holds neither transformers/ nor src/transformers/")
+
+
+def run_sides(module: str, trees: dict[str, Path], out: Path, name: str, flags: list[str]) -> dict:
+    """`run_side` for every tree at once (each in its own process), keyed by side."""
+    with ThreadPoolExecutor(max_workers=len(trees)) as pool:
+        futures = {
+            side: pool.submit(run_side, module, side, src, out, f"{side}-{name}", flags) for side, src in trees.items()
+        }
+        return {side: future.result() for side, future in futures.items()}
 
 
 def run_side(module: str, side: str, src: Path, out: Path, name: str, flags: list[str]) -> dict | None:
@@ -59,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fork-tree", type=Path, default=None, help="the fork's tree (default: this repository)")
     parser.add_argument("--no-matrix", action="store_true", help="run the case families only")
     parser.add_argument(
+        "--no-sliding", action="store_true", help="skip the sliding window families compiled past their window"
+    )
+    parser.add_argument(
         "--families", default=",".join(FAMILIES), help="comma-separated case families, or 'none' (default: all)"
     )
     parser.add_argument("--family-models", default=None, help="comma-separated model types the families use")
@@ -79,18 +94,23 @@ def main(argv: list[str] | None = None) -> int:
     reports, different = [], 0
     for mode, flags in {} if args.no_matrix else MODES.items():
         flags = [*flags, "--only", args.only] if args.only else flags
-        results = {
-            side: run_side("oracle.matrix", side, src, out, f"{side}-{mode}", flags) for side, src in trees.items()
-        }
+        results = run_sides("oracle.matrix", trees, out, mode, flags)
         if None in results.values():
             return 2
         reports.append(f"[{mode}]\n" + report(results["upstream"], results["fork"]))
         different += len(compare(results["upstream"], results["fork"])["differences"])
+    if not args.no_matrix and not args.no_sliding:
+        results = run_sides("oracle.sliding", trees, out, "sliding", ["--only", args.only] if args.only else [])
+        if None in results.values():
+            return 2
+        reports.append(
+            "[sliding window and chunked families, compiled past their window]\n"
+            + report_sliding(results["upstream"], results["fork"])
+        )
+        different += sliding_differences(results["upstream"], results["fork"])
     if families:
         flags = ["--only", ",".join(families)] + (["--models", args.family_models] if args.family_models else [])
-        results = {
-            side: run_side("oracle.families", side, src, out, f"{side}-families", flags) for side, src in trees.items()
-        }
+        results = run_sides("oracle.families", trees, out, "families", flags)
         if None in results.values():
             return 2
         reports.append("[families]\n" + report_families(results["upstream"], results["fork"]))

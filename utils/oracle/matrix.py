@@ -32,8 +32,6 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 
-transformers.logging.set_verbosity_error()
-
 PER_MODEL_TIMEOUT = 120  # s
 MAX_PARAMS = 60_000_000
 
@@ -328,12 +326,15 @@ def text_config_of(cfg):
         return cfg.get_text_config(decoder=True)
 
 
-def build_config(model_type, shrink_subconfigs=True, base_dicts=True):
+def build_config(model_type, shrink_subconfigs=True, base_dicts=True, overrides=None):
+    """A tiny config of `model_type` and its constructor kwargs; `overrides` are set on the text config (those of
+    its fields the text config class declares), after the per-model `SPECIAL` ones."""
     cfg_cls = CONFIG_MAPPING[model_type]
     default = cfg_cls()
     kw = shrink_kwargs(cfg_cls, default)
-    special = SPECIAL.get(model_type, {})
     text_default = text_config_of(default)
+    declared = declared_fields(type(text_default))
+    special = {**SPECIAL.get(model_type, {}), **{k: v for k, v in (overrides or {}).items() if k in declared}}
     if text_default is default:
         kw.update(special)
     for name in sub_config_names(cfg_cls, default):
@@ -447,17 +448,19 @@ def err(e):
     return {"error_type": type(e).__name__, "error": message}
 
 
-def run_model(model_type, class_name, wrap):
-    entry = {"class": class_name}
+def build_model(model_type, class_name, entry, overrides=None):
+    """A tiny random model of `model_type` (float32, eval mode), or None after recording in `entry["build"]` why it
+    cannot be built. The first config strategy that builds wins (deterministic, the same on both trees when their
+    config and modeling code agree); `entry` gets the strategy and parameter count, and the errors of the others."""
     model_cls = getattr(transformers, class_name)
     config = None
-    # first strategy that builds wins (deterministic, the same on both trees when config/modeling code agree)
     for strategy in ("all_subconfigs", "all_subconfigs_no_base", "text_only", "text_config_model"):
         try:
             config, kw = build_config(
                 model_type,
                 shrink_subconfigs=(strategy != "text_only"),
                 base_dicts=(strategy != "all_subconfigs_no_base"),
+                overrides=overrides,
             )
             if strategy == "text_config_model":
                 config = text_config_of(config)
@@ -479,13 +482,33 @@ def run_model(model_type, class_name, wrap):
             config = None
     if config is None:
         entry["build"] = entry["build_errors"][-1]
-        return entry
+        return None
     try:
         torch.manual_seed(0)
-        model = model_cls(config).to(torch.float32).eval()
+        return model_cls(config).to(torch.float32).eval()
     except Exception as e:  # noqa: BLE001
         entry["build"] = err(e)
+        return None
+
+
+def window_passed(cache) -> bool:
+    """Whether a static sliding window (or chunked) layer of `cache` holds more tokens than its window, on either
+    tree (the fork's layers are a ring buffer then: its keys reach the attention in another order)."""
+    layers = getattr(cache, "layers", [])
+    return any(
+        isinstance(layer, cache_utils.StaticSlidingWindowLayer)
+        and layer.is_initialized
+        and int(layer.get_seq_length()) > layer.max_cache_len
+        for layer in layers
+    )
+
+
+def run_model(model_type, class_name, wrap):
+    entry = {"class": class_name}
+    model = build_model(model_type, class_name, entry)
+    if model is None:
         return entry
+    config = model.config
     if hasattr(model, "set_default_language"):
         model.set_default_language(getattr(config, "default_language", None) or config.languages[0])
     entry["weights"] = weights_digest(model)
@@ -539,6 +562,7 @@ def run_model(model_type, class_name, wrap):
                         outs.append(model.generate(ids.clone(), attention_mask=mask.clone(), cache=passed, **kwargs))
                     res["sequences"] = torch.cat([out.sequences.detach() for out in outs])
                     res["scores"] = torch.cat([torch.stack([s.detach().float() for s in out.scores]) for out in outs])
+                    res["window_passed"] = window_passed(passed)
                 else:
                     implementation = "static" if cache == "static" else None
                     out = model.generate(
@@ -546,6 +570,7 @@ def run_model(model_type, class_name, wrap):
                     )
                     res["sequences"] = out.sequences.detach().clone()
                     res["scores"] = torch.stack([s.detach().float() for s in out.scores]).clone()
+                    res["window_passed"] = window_passed(out.get("cache"))
         except Timeout:
             raise
         except Exception as e:  # noqa: BLE001
@@ -569,6 +594,7 @@ def main(argv=None):
     parser.add_argument("--wrap", action="store_true", help="replace each model's forward by a wrapper first")
     parser.add_argument("--only", default=None, help="comma-separated model types (default: every mapped one)")
     args = parser.parse_args(argv)
+    transformers.logging.set_verbosity_error()
     torch.set_num_threads(1)
     only = args.only.split(",") if args.only else None
     results = {

@@ -93,7 +93,6 @@ def test_quick_mode_json_schema(quick_run):
     assert _inside(trees["upstream"]["transformers_file"], Path(trees["upstream"]["src"]) / "transformers")
     assert _inside(trees["fork"]["transformers_file"], REPO / "src" / "transformers")
     assert not _inside(trees["fork"]["transformers_file"], REPO / ".bench")
-    assert trees["upstream"]["static_attention_mask_available"] is False
     assert [run["side"] for run in results["runs"]] == ["upstream", "fork"]
     for run in results["runs"]:
         assert isinstance(run["wall_s"], float) and run["rerun"] is False and run["used"] is True
@@ -140,13 +139,19 @@ def test_quick_mode_json_schema(quick_run):
 
     # 2: per configuration a status, and counts when it ran
     configs = results["recompiles"]["gpt2"]
-    assert set(configs) == {"static_cache", "dynamic_cache"}
+    assert set(configs) == {"static_cache", "static_cache_dynamic_none", "dynamic_cache"}
     for config, sides in configs.items():
         for side in SIDES:
             entry = sides[side]
             assert isinstance(entry["status"], str)
             if entry["status"] == "ok":
-                for key in ("graphs", "graphs_after_first_decode_step", "recompiles", "graph_breaks"):
+                for key in (
+                    "graphs",
+                    "graphs_after_first_decode_step",
+                    "recompiles",
+                    "graph_breaks",
+                    "symint_inputs_of_decode_graphs",
+                ):
                     assert isinstance(entry[key], int), (config, side, key)
                 assert isinstance(entry["recompile_reasons"], list)
 
@@ -232,7 +237,6 @@ def _synthetic_run(
         "side": side,
         "transformers_file": f"/{side}/transformers/__init__.py",
         "transformers_version": "0",
-        "static_attention_mask_available": False,
         "scenarios": scenarios,
     }
 

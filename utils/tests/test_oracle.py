@@ -10,7 +10,16 @@ import torch
 from bench.trees import pristine_tree
 from forktool.common import ROOT
 from oracle import FAMILIES
-from oracle.compare import compare, compare_families, family_differences, judge, report, report_families
+from oracle.compare import (
+    compare,
+    compare_families,
+    compare_sliding,
+    family_differences,
+    judge,
+    report,
+    report_families,
+    sliding_differences,
+)
 
 
 def _side(tree: str, wrap: bool = False) -> dict:
@@ -35,6 +44,7 @@ def test_compare_counts_identical_runs_and_shared_errors():
     assert compared == {
         "counts": {"ran_on_both": 4, "identical": 4, "same_error": 2, "not_built": 0},
         "differences": [],
+        "accepted": [],
     }
 
 
@@ -52,6 +62,62 @@ def test_compare_reports_every_kind_of_difference():
     assert differences["llama", "dynamic"].startswith("sequences differ at 1 positions")
     assert differences["mamba", "static"] == "only A raised ValueError: no static cache"
     assert "differences: 4" in report(upstream, fork)
+
+
+def test_static_runs_accepted_past_a_ring_buffer_window_or_where_pristine_differs_from_its_dynamic_cache():
+    upstream = _side("upstream")
+    fork = copy.deepcopy(upstream)
+    fork["tree"], fork["transformers_file"] = "fork", "/fork/__init__.py"
+    llama = fork["models"]["llama"]
+    # Past the window of a ring buffer: the same tokens, scores within the tolerance
+    llama["static"]["scores"] = torch.tensor([[[0.5, -1.0 + 5e-6]]])
+    llama["static"]["window_passed"] = True
+    # Not past a window: a difference
+    llama["passed"]["scores"] = torch.tensor([[[0.5, -1.0 + 5e-6]]])
+    compared = compare(upstream, fork)
+    assert [(model, cache) for model, cache, _ in compared["accepted"]] == [("llama", "static")]
+    assert [(model, cache) for model, cache, _ in compared["differences"]] == [("llama", "passed")]
+    # Past the window, but other tokens: a difference
+    llama["static"]["sequences"] = torch.tensor([[5, 6, 8]])
+    assert ("llama", "static") in {(model, cache) for model, cache, _ in compare(upstream, fork)["differences"]}
+    # Pristine's static cache differs from its dynamic cache, the fork's gives the dynamic cache's result: accepted
+    upstream["models"]["llama"]["static"]["scores"] = torch.tensor([[[0.5, -0.9]]])
+    llama["static"] = dict(upstream["models"]["llama"]["dynamic"])
+    assert [(model, cache) for model, cache, _ in compare(upstream, fork)["accepted"]] == [("llama", "static")]
+
+
+def _sliding_side(tree, static_scores=-1.0, graphs=(2, 2), compiled_token=7, static_error=None):
+    run = {"sequences": torch.tensor([[5, 6, 7]]), "scores": torch.tensor([[[0.5, -1.0]]])}
+    static = (
+        {"error_type": "RuntimeError", "error": static_error}
+        if static_error
+        else {"sequences": run["sequences"], "scores": torch.tensor([[[0.5, static_scores]]])}
+    )
+    compiled_run = {"sequences": torch.tensor([[5, 6, compiled_token]]), "scores": run["scores"], "mask_tensors": {}}
+    entry = {
+        "dynamic": run,
+        "static": static,
+        "static_shapes": {"graphs": list(graphs), "runs": [compiled_run, compiled_run]},
+        "default": {"graphs": [2], "symint_inputs": [0, 0], "runs": [compiled_run]},
+    }
+    return {"tree": tree, "transformers_file": f"/{tree}/__init__.py", "models": {"m": entry}, "total_seconds": 1}
+
+
+def test_sliding_families_verdicts():
+    upstream = _sliding_side("upstream", graphs=(8, 8))
+    cases = {
+        "equal": _sliding_side("fork"),
+        "accepted": _sliding_side("fork", static_scores=-1.0 + 5e-6),
+        "different": _sliding_side("fork", static_scores=-0.5),
+    }
+    for verdict, fork in cases.items():
+        assert compare_sliding(upstream, fork)["m"]["verdict"] == verdict
+    # The fork's compiled runs give other tokens than its eager run, or it compiles more graphs: a difference
+    assert sliding_differences(upstream, _sliding_side("fork", compiled_token=8)) == 1
+    assert sliding_differences(_sliding_side("upstream"), _sliding_side("fork", graphs=(2, 3))) == 1
+    # The same error on both sides
+    errors = [_sliding_side(tree, static_error="size mismatch") for tree in ("upstream", "fork")]
+    assert compare_sliding(*errors)["m"]["verdict"] == "equal"
 
 
 def test_compare_sees_errors_trees_and_nans():
