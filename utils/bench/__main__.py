@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
     cores, load = os.cpu_count() or 1, os.getloadavg()[0]
-    what = "GPT2" if args.quick else "GPT2 and Llama"
+    what = "GPT2" if args.quick else "GPT2, Llama and Gemma 2"
     later = "" if args.long or args.quick else "; `make bench-long` adds the compile cost of every run and the calls"
     print(
         f"bench: {args.reps} run(s) per tree of {what}, {', '.join(selected_scenarios(args))}; about "
