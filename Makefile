@@ -8,7 +8,8 @@
 #   make bench-long     `make bench` plus a cold compile in every run and the consecutive calls (much longer)
 #   make bench-publish  the latest full bench-out/ run into docs/ and the README's generated figures (RUN=<folder> for another)
 #   make oracle     every causal-LM architecture as a tiny model, pristine vs the fork, tokens and scores compared
-#                   exactly, and the case families (utils/oracle/README.md; about 3 minutes on 2 cores;
+#                   exactly, the sliding window families compiled past their window, and the case families
+#                   (utils/oracle/README.md; about 11 minutes on 2 cores;
 #                   ORACLE_ARGS="--only gpt2,llama" for some)
 #
 # Patch queue (the work tree .fork/ is a git repository: `upstream` tag, then one commit per patch):
