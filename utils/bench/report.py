@@ -206,11 +206,14 @@ def _decode(model: str, side: str, runs: list[dict], warnings: list[str]) -> tup
         decode["stalled_runs"] = len(still)
         decode["reruns"] = sum(1 for r in runs if r["side"] == side and r.get("rerun"))
     # the compile cost of the runs whose inductor cache was cold (every run with --long; the first one by default)
+    # (none for a model's other decoding configurations: they share its compile)
     costs = [
         r["scenarios"]["compile_cost"][model]
         for r in runs
-        if r["side"] == side and not r.get("rerun") and "compile_cost" in r["scenarios"]
+        if r["side"] == side and not r.get("rerun") and model in r["scenarios"].get("compile_cost", {})
     ]
+    if not costs:
+        return decode, None
     cold = [cost for cost in costs if cost.get("cold_cache") is not False]
     failed = _failure(cold) if cold else "no cold compile"
     if failed:
@@ -256,9 +259,10 @@ def aggregate(runs: list[dict], meta: dict) -> dict:
                     for key in FLOOR_TIMES
                 }  # fmt: skip
             )
-            compile_cost["ratio"] = _ratios(compile_cost, COMPILE_TIMES)
             results["decode"][model] = decode
-            results["compile_cost"][model] = compile_cost
+            if None not in compile_cost.values():
+                compile_cost["ratio"] = _ratios(compile_cost, COMPILE_TIMES)
+                results["compile_cost"][model] = compile_cost
             for side in SIDES:
                 if decode[side].get("stalled_runs"):
                     warnings.append(
@@ -554,7 +558,8 @@ def plot(results: dict, path: Path) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    models = list(results["decode"])
+    # the models' greedy decoding (their other configurations, `<model> <configuration>`, are in the table)
+    models = [model for model in results["decode"] if " " not in model]
     fig, (steps_ax, split_ax) = plt.subplots(1, 2, figsize=(12, 5.2))
     colors = {"upstream": "tab:gray", "fork": "tab:blue"}
     for model, line in zip(models, ("-", "--", ":")):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import json
 import logging
@@ -40,6 +41,7 @@ from transformers.cache_utils import Cache, DynamicCache, QuantizedLayer
 
 VOCAB_SIZE = 128
 PAD_TOKEN_ID = 0
+EOS_TOKEN_ID = 2  # the eos token of the decoding configurations that have one (`DECODE_CONFIGS`)
 BATCH_SIZE = 2
 PROMPT_LENGTH = 8
 LEFT_PADDING = 3  # the first row of the batch is left padded by this many tokens
@@ -58,6 +60,21 @@ SIZES = {
 }
 SCENARIOS = ["decode", "calls", "recompiles", "tracing", "mask_matrix"]
 MODELS = {"quick": ["gpt2"], "full": ["gpt2", "llama", "gemma2"]}
+# The decoding configurations users run, timed beside the greedy one with the same compiled forward: the model's
+# key in the results is `<model> <configuration>`. Each has an eos token, which `min_new_tokens` keeps from being
+# generated, so that the calls run to length: the min-length logits processors and the eos stopping criterion run
+# at every step.
+DECODE_CONFIGS = {
+    "eos": {"eos_token_id": EOS_TOKEN_ID},
+    "sampling": {
+        "eos_token_id": EOS_TOKEN_ID,
+        "do_sample": True,
+        "temperature": 0.7,
+        "top_k": 20,
+        "top_p": 0.9,
+        "repetition_penalty": 1.1,
+    },
+}
 SLIDING_WINDOW = 4  # Gemma 2's sliding window layers: the prompt and the generated tokens go past it
 # (name, static cache, `dynamic` of torch.compile): torch.compile's default `dynamic=None` marks sizes that change
 # between calls as dynamic, the `SymInt` inputs CUDA graphs record once per value
@@ -168,10 +185,15 @@ def prompt(device: str, length: int = PROMPT_LENGTH) -> tuple[torch.Tensor, torc
     return input_ids.masked_fill(mask == 0, PAD_TOKEN_ID).to(device), mask.to(device)
 
 
-def generation_config(new_tokens: int, static_cache: bool, generate_compiles: bool = False):
-    """Greedy, exactly `new_tokens` tokens; generate's own compilation is off (the benchmark compiles the forward)
-    unless `generate_compiles` (then `disable_compile` is left unset: generate decides, as for a user)."""
+def generation_config(
+    new_tokens: int, static_cache: bool, generate_compiles: bool = False, decoding: str | None = None
+):
+    """Greedy, exactly `new_tokens` tokens, or one of `DECODE_CONFIGS` (`decoding`: still exactly `new_tokens`
+    tokens); generate's own compilation is off (the benchmark compiles the forward) unless `generate_compiles` (then
+    `disable_compile` is left unset: generate decides, as for a user)."""
     config = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, pad_token_id=PAD_TOKEN_ID, eos_token_id=None)
+    if decoding is not None:
+        config.update(**DECODE_CONFIGS[decoding], min_new_tokens=new_tokens)
     if not generate_compiles:
         config.disable_compile = True
     if static_cache:
@@ -349,7 +371,7 @@ def decode(name: str, device: str, mode: str, sizes: dict, cold_cache: bool | No
     model.forward = timer
     config = generation_config(new_tokens, static_cache=True)
 
-    def run() -> tuple[float, float, float]:
+    def run(config: GenerationConfig = config) -> tuple[float, float, float]:
         _sync(device)
         cpu_start = time.process_time()
         start = time.perf_counter()
@@ -376,30 +398,7 @@ def decode(name: str, device: str, mode: str, sizes: dict, cold_cache: bool | No
             new_files = set(code_after) - set(code_before)
             compile_cost["generated_files"] = len(new_files)
             compile_cost["generated_kb"] = sum(code_after[path] for path in new_files) / 1e3
-        run()  # warm-up
-        runs = []
-        for _ in range(sizes["repeats"]):
-            timer.reset()
-            total, cpu_total, call_start = run()
-            inside = sum(duration for _, duration in timer.calls)
-            cpu_inside = sum(duration for _, duration in timer.cpu_calls)
-            starts = [start for start, _ in timer.calls]
-            cpu_starts = [start for start, _ in timer.cpu_calls]
-            runs.append(
-                {
-                    "ms_per_token": 1e3 * total / new_tokens,
-                    "cpu_ms_per_token": 1e3 * cpu_total / new_tokens,
-                    "forward_ms_per_token": 1e3 * inside / new_tokens,
-                    "host_ms_per_token": 1e3 * (total - inside) / new_tokens,
-                    "host_cpu_ms_per_token": 1e3 * (cpu_total - cpu_inside) / new_tokens,
-                    "prefill_forward_ms": 1e3 * timer.calls[0][1],
-                    "decode_forward_ms": 1e3 * _median([duration for _, duration in timer.calls[1:]]),
-                    "step_ms": [1e3 * (b - a) for a, b in zip(starts[1:], starts[2:])],
-                    "step_cpu_ms": [1e3 * (b - a) for a, b in zip(cpu_starts[1:], cpu_starts[2:])],
-                    "forward_calls": len(timer.calls),
-                    "segments_ms": _segments(call_start, total, timer.calls),
-                }
-            )
+        runs = timed_runs(run, timer, new_tokens, sizes["repeats"])
         # The static cache writes at its own running position: reset it (in place, outside the timing) before each
         # replay, so that every replay writes at a valid position with the same shapes and addresses.
         args, kwargs = timer.last_call
@@ -418,6 +417,54 @@ def decode(name: str, device: str, mode: str, sizes: dict, cold_cache: bool | No
                 _sync(device)
                 limit.append(time.perf_counter() - start)
                 limit_cpu.append(time.process_time() - cpu_start)
+    result = summarize_runs(runs, timer)
+    result.update(
+        forward_alone_ms=1e3 * _median(limit),
+        forward_alone_cpu_ms=1e3 * _median(limit_cpu),
+        forward_alone_fastest_ms=1e3 * min(limit),
+        cudagraph_recordings=recordings["recordings"] if recordings is not None else None,
+    )
+    measured = {"decode": {"status": "ok", **result}, "compile_cost": {"status": "ok", **compile_cost}}
+    # The same compiled forward (no new graph: the configurations change nothing it sees) under the other decoding
+    # configurations users run: their own host work per token
+    for config_name in DECODE_CONFIGS:
+        config = generation_config(new_tokens, static_cache=True, decoding=config_name)
+        runs = timed_runs(functools.partial(run, config), timer, new_tokens, sizes["repeats"])
+        measured[config_name] = {"status": "ok", **summarize_runs(runs, timer)}
+    return measured
+
+
+def timed_runs(run, timer: TimedForward, new_tokens: int, repeats: int) -> list[dict]:
+    """One warm-up call of `run` (a `generate` call: wall time, CPU time, start), then `repeats` timed ones."""
+    run()
+    runs = []
+    for _ in range(repeats):
+        timer.reset()
+        total, cpu_total, call_start = run()
+        inside = sum(duration for _, duration in timer.calls)
+        cpu_inside = sum(duration for _, duration in timer.cpu_calls)
+        starts = [start for start, _ in timer.calls]
+        cpu_starts = [start for start, _ in timer.cpu_calls]
+        runs.append(
+            {
+                "ms_per_token": 1e3 * total / new_tokens,
+                "cpu_ms_per_token": 1e3 * cpu_total / new_tokens,
+                "forward_ms_per_token": 1e3 * inside / new_tokens,
+                "host_ms_per_token": 1e3 * (total - inside) / new_tokens,
+                "host_cpu_ms_per_token": 1e3 * (cpu_total - cpu_inside) / new_tokens,
+                "prefill_forward_ms": 1e3 * timer.calls[0][1],
+                "decode_forward_ms": 1e3 * _median([duration for _, duration in timer.calls[1:]]),
+                "step_ms": [1e3 * (b - a) for a, b in zip(starts[1:], starts[2:])],
+                "step_cpu_ms": [1e3 * (b - a) for a, b in zip(cpu_starts[1:], cpu_starts[2:])],
+                "forward_calls": len(timer.calls),
+                "segments_ms": _segments(call_start, total, timer.calls),
+            }
+        )
+    return runs
+
+
+def summarize_runs(runs: list[dict], timer: TimedForward) -> dict:
+    """The medians over the timed calls, and the steps of the median call (the mask counts: the last call's)."""
     median_run = sorted(runs, key=lambda r: r["ms_per_token"])[len(runs) // 2]
     result = {
         key: _median([r[key] for r in runs])
@@ -432,9 +479,6 @@ def decode(name: str, device: str, mode: str, sizes: dict, cold_cache: bool | No
         )
     }
     result.update(
-        forward_alone_ms=1e3 * _median(limit),
-        forward_alone_cpu_ms=1e3 * _median(limit_cpu),
-        forward_alone_fastest_ms=1e3 * min(limit),
         step_ms=median_run["step_ms"],
         step_cpu_ms=median_run["step_cpu_ms"],
         timed_ms_per_token=[round(r["ms_per_token"], 5) for r in runs],
@@ -443,9 +487,8 @@ def decode(name: str, device: str, mode: str, sizes: dict, cold_cache: bool | No
         forward_calls=median_run["forward_calls"],
         decode_mask_shapes=len(set(timer.mask_shapes[1:])),
         decode_mask_addresses=len(set(timer.mask_addresses[1:])),
-        cudagraph_recordings=recordings["recordings"] if recordings is not None else None,
     )
-    return {"decode": {"status": "ok", **result}, "compile_cost": {"status": "ok", **compile_cost}}
+    return result
 
 
 # ---- 6: consecutive generate calls -----------------------------------------------------------------------------
@@ -771,6 +814,9 @@ def run_side(side: str, quick: bool, device: str, only: list[str] | None = None)
             measured = guarded(decode, name, device, mode, sizes, cold_cache)
             scenarios["decode"][name] = measured.get("decode", measured)
             scenarios["compile_cost"][name] = measured.get("compile_cost", measured)
+            for config_name in DECODE_CONFIGS:
+                # Their compile is the model's own (the same graphs)
+                scenarios["decode"][f"{name} {config_name}"] = measured.get(config_name, measured)
         timings["decode"] = time.perf_counter() - start
     if "calls" in selected:
         timed("calls", lambda: {name: guarded(calls, name, device, mode, sizes) for name in MODELS[size]})

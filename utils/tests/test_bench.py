@@ -103,7 +103,14 @@ def test_quick_mode_json_schema(quick_run):
         assert raw["torch_threads"] == 1 and raw["inductor_cache_cold"] is True
 
     # 1 and 3: timings (medians, minimums and maximums over the runs) are numbers, the floors and ratios next to them
-    assert set(results["decode"]) == {"gpt2"}
+    assert set(results["decode"]) == {"gpt2", "gpt2 eos", "gpt2 sampling"}
+    assert set(results["compile_cost"]) == {"gpt2"}  # the decoding configurations share the model's compile
+    for config_name in ("eos", "sampling"):
+        entry = results["decode"][f"gpt2 {config_name}"]
+        for side in SIDES:
+            assert entry[side]["status"] == "ok" and entry[side]["forward_calls"] == 8, (config_name, entry[side])
+            assert isinstance(entry[side]["host_ms_per_token_floor"], NUMBER), (config_name, side)
+        assert isinstance(entry["ratio"]["host_ms_per_token_floor"], NUMBER)
     decode = results["decode"]["gpt2"]
     assert set(decode) == {*SIDES, "ratio"}
     for side in SIDES:
@@ -229,7 +236,8 @@ def _synthetic_run(
     calls = {"status": "ok", "call_ms": [10 * scale, scale], "cudagraph_recordings": None, "generate_compile": None}
     failed = {"status": status}
     scenarios = {
-        "decode": {"gpt2": decode if status == "ok" else failed},
+        # a decoding configuration of the model beside its greedy one: its decode only (it shares the compile)
+        "decode": {"gpt2": decode if status == "ok" else failed, "gpt2 eos": decode if status == "ok" else failed},
         "compile_cost": {"gpt2": cost if status == "ok" else failed},
         "calls": {"gpt2": calls if status == "ok" else {**failed, "generate_compile": None}},
     }
@@ -270,7 +278,9 @@ def test_aggregate_reports_medians_spreads_floors_and_failures():
     assert (
         "upstream calls.gpt2: runs spread by more than 25%: call_ms[0] 100% (10-20), call_ms[1] 100% (1-2)" in warnings
     )
-    assert not any(warning.startswith("fork") for warning in warnings) and len(warnings) == 3
+    assert any(w.startswith("upstream decode.gpt2 eos: runs spread by more than 25%: ms_per_token ") for w in warnings)
+    assert not any(warning.startswith("fork") for warning in warnings) and len(warnings) == 4
+    assert "gpt2 eos" not in results["compile_cost"]  # it shares the model's compile
     text = table(results)
     assert "WARNING: upstream compile_cost.gpt2: runs spread by more than 25%: first_generate_s 100% (1-2)" in text
     assert "1.1 [1-2]" in text  # the spread is in the row, not only in the warnings
@@ -473,7 +483,15 @@ def test_publish_writes_docs_and_the_readme_blocks(tmp_path):
     assert "| GPT2: ms per token | **1.000**; 1.000 | **0.600**; 0.600 | 0.60x (0.60x) |" in publish.block(
         text, "table"
     )
-    assert "The project's goals: host time per token at most 0.35x" in text
+    assert (
+        "| host time per token, with an eos token and `min_new_tokens` | 0.500 -> 0.300 ms (**0.60x**) |" in headline
+    )
+    assert "| GPT2, eos: ms per token |" in publish.block(text, "table")
+    goals = "The project's goals: host time per token at most 0.3x upstream's: GPT2 0.60x, not met by GPT2; "
+    assert goals in text
+    assert "with an eos token and `min_new_tokens` at most 0.45x upstream's: GPT2 0.60x, not met by GPT2" in text
+    # 3 cold compiles per tree, whose ranges do not overlap: a verdict
+    assert "first compile (CPU time) at most 1x upstream's: GPT2 0.60x, met." in text
     assert publish.out_of_sync(tmp_path) == []
     readme.write_text(text.replace("0.60x", "0.50x"), encoding="utf-8")  # a figure typed by hand
     assert publish.out_of_sync(tmp_path) == ["headline", "table"]
@@ -485,6 +503,22 @@ def test_publish_writes_docs_and_the_readme_blocks(tmp_path):
     (run / "results.json").write_text(json.dumps(results), encoding="utf-8")
     with pytest.raises(publish.PublishError, match="--quick"):
         publish.publish(run, tmp_path)
+
+
+def test_compile_goal_has_no_verdict_from_too_few_or_overlapping_cold_compiles():
+    def goals(upstream_scales, fork_scales):
+        runs = [_synthetic_run("upstream", scale) for scale in upstream_scales]
+        runs += [_synthetic_run("fork", scale) for scale in fork_scales]
+        return publish.render_goals(aggregate(runs, _meta(len(upstream_scales))))[0]
+
+    assert (
+        "first compile (CPU time) at most 1x upstream's: GPT2 0.90x, no verdict (1 cold compile per tree, fewer than 3)"
+        in goals([1.0], [0.9])
+    )
+    overlapping = goals([1.0, 1.2, 1.1], [0.9, 1.05, 1.0])
+    assert "GPT2 0.91x, no verdict (3 cold compiles per tree, ranges that overlap)" in overlapping
+    assert "GPT2 0.82x, met" in goals([1.0, 1.2, 1.1], [0.9, 0.95, 0.85])
+    assert "GPT2 1.23x, not met by GPT2" in goals([1.0, 1.02, 1.1], [1.2, 1.3, 1.25])
 
 
 def test_readme_figures_are_the_published_run():
