@@ -91,6 +91,10 @@ bench-long: install
 bench-quick: install
 	@PYTHONPATH=utils $(VPY) -m bench --quick $(BENCH_ARGS)
 
+bench-host-ab: install
+	@test -n "$(AFTER)" || { echo "usage: make bench-host-ab AFTER=15,16,17 (patch counts; 0 is pristine)"; exit 2; }
+	PYTHONPATH=utils $(VPY) -m bench.host_ab --after $(AFTER) $(HOST_AB_ARGS)
+
 bench-publish: install
 	PYTHONPATH=utils $(VPY) -m bench.publish $(RUN)
 
