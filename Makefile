@@ -34,7 +34,7 @@ VPY := $(VENV)/bin/python
 FORK := PYTHONPATH=utils $(PYTHON) -m forktool
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install fork patches check rebase rebase-continue rebase-finish upstream-outlook bisect standalone test test-compile bench bench-long bench-quick bench-publish oracle quality style clean
+.PHONY: install fork patches check rebase rebase-continue rebase-finish upstream-outlook bisect standalone test test-compile bench bench-long bench-quick bench-host-ab bench-publish oracle quality style clean
 
 install: $(VENV)/.installed
 

@@ -36,9 +36,10 @@ RERUNS_PER_RUN = 2  # a run is run again at most this many times after stalls
 # Rough durations of a run, in seconds, on the project's 2 cores with no other work, for the first line's estimate:
 # a tree's first run (a cold compile of both models, then every scenario), a later run (decode on a warm cache, and a
 # rerun), with --long a run (cold compile, decode, consecutive calls), with --quick a run. The estimate multiplies
-# them by (load + cores) / (2 cores) when that is above 1: `make bench` took 4 min from a load average of 2.9 and
-# 14 min from 9.6 (2026-12-01), where this gives 5 and 13.
-ESTIMATE_S = {"first": 72.0, "later": 11.0, "long": 65.0, "quick": 45.0}
+# them by (load + cores) / (2 cores) when that is above 1: with three models and their decoding configurations,
+# `make bench` took 9 min 56 s from a load average of 0.7 (2026-12-02: first runs 221 and 171 s, later ones 17-32 s),
+# where this gives 11 min 38 s (it counts the 3 reruns the budget allows; this run needed 1).
+ESTIMATE_S = {"first": 195.0, "later": 28.0, "long": 180.0, "quick": 60.0}
 
 
 class BenchError(Exception):

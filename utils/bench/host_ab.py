@@ -101,14 +101,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     counts = [int(k) for k in args.after.split(",")]
     upstream, patches = read_upstream(ROOT), read_series(ROOT)
+    if any(k < 0 or k > len(patches) for k in counts):
+        raise SystemExit(f"bench.host_ab: the series has {len(patches)} patches, not {max(counts)}")
     sdist = fetch_sdist(upstream)
     out = ROOT / "bench-out" / f"host-ab-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True)
     with tempfile.TemporaryDirectory() as tmp:
         sources = {"pristine": pristine_tree() / "src"}
         for k in counts:
-            if k > len(patches):
-                raise SystemExit(f"bench.host_ab: the series has {len(patches)} patches, not {k}")
             if k:
                 tree = Path(tmp) / f"after-{k}"
                 build_tree(tree, upstream, patches[:k], sdist)
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             for index, (name, src) in enumerate(sources.items()):
                 raw = out / f"tree{index}-round{round_ + 1}.json"
                 env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), str(ROOT / "utils")]))
-                env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tmp) / f"inductor-{raw.stem}")
+                env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tmp) / f"inductor-tree{index}")  # warm after its first round
                 cmd = [sys.executable, "-m", "bench.host_ab", "--worker", "--json", str(raw)]
                 cmd += ["--after", "0", "--models", args.models, "--calls", str(args.calls)]
                 subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)

@@ -359,7 +359,8 @@ def decode(name: str, device: str, mode: str, sizes: dict, cold_cache: bool | No
     (from the start of one decode forward to the start of the next: the last one, which has no next, is not a step).
     The process's figure of each timing is its median over the calls; every call's steps are kept (`timed_step_ms`)
     for the driver's stall check. Then the compiled forward alone, replayed on the last decode step's inputs: the
-    limit.
+    limit. Then each of `DECODE_CONFIGS` with the same compiled forward, warmed up and timed the same way (their
+    entries: the same keys, but the replay's).
     """
     new_tokens = sizes["new_tokens"]
     torch._dynamo.reset()

@@ -411,7 +411,7 @@ def test_run_plan_estimate_and_first_line():
     assert len(bench_main.run_plan(parse_args(["--only", "tracing,mask_matrix"]))) == 2
     assert bench_main.run_plan(parse_args(["--quick"]))[0][2] == list(bench_main.SCENARIOS)
     quiet = bench_main.estimate_s(parse_args([]), cores=2, load=0.0)
-    assert 120 < quiet < 600 and bench_main.estimate_s(parse_args([]), cores=2, load=6.0) == 2 * quiet
+    assert 300 < quiet < 900 and bench_main.estimate_s(parse_args([]), cores=2, load=6.0) == 2 * quiet
     assert bench_main.estimate_s(parse_args([]), cores=2, load=1.5) == quiet
     assert bench_main.estimate_s(parse_args(["--long"]), cores=2, load=0.0) > quiet
 
@@ -527,3 +527,21 @@ def test_readme_figures_are_the_published_run():
     text = (REPO / "README.md").read_text(encoding="utf-8")
     assert text.index("<!-- bench:headline -->") < len("\n".join(text.splitlines()[:20]))
     assert publish.out_of_sync(REPO) == []
+
+
+def test_host_ab_table_gives_each_tree_its_least_host_time_and_ratio_to_pristine():
+    from bench import host_ab
+
+    def run(greedy, eos):
+        return {"gpt2 greedy": {"host_us": greedy, "forward_us": 1.0}, "gpt2 eos": {"host_us": eos, "forward_us": 1.0}}
+
+    results = {"pristine": [run(200, 300), run(180, 320)], "after 16 (0016)": [run(100, 90), run(90, 150)]}
+    text = host_ab.table(list(results), results)
+    assert text.splitlines() == [
+        "| tree | gpt2 greedy | gpt2 eos |",
+        "|---|---|---|",
+        "| pristine | 180 | 300 |",
+        "| after 16 (0016) | 90 (0.50x) | 90 (0.30x) |",
+    ]
+    with pytest.raises(SystemExit, match="patches, not 99"):
+        host_ab.main(["--after", "99"])
