@@ -96,7 +96,9 @@ def test_quick_mode_json_schema(quick_run):
     assert [run["side"] for run in results["runs"]] == ["upstream", "fork"]
     for run in results["runs"]:
         assert isinstance(run["wall_s"], float) and run["rerun"] is False and run["used"] is True
-        assert run["stalled"] is None or run["stalled"].startswith("gpt2: ")
+        # one description per stalled decoding configuration, each named as in results["decode"]
+        stalled = run["stalled"].split("; ") if run["stalled"] else []
+        assert all(entry.split(": ", 1)[0] in results["decode"] for entry in stalled), run["stalled"]
         assert run["transformers_file"] == trees[run["side"]]["transformers_file"]
         raw = json.loads((out / run["raw"]).read_text(encoding="utf-8"))
         assert raw["side"] == run["side"] and raw["transformers_file"] == run["transformers_file"]
