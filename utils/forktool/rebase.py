@@ -464,13 +464,62 @@ def finish(root: Path, version: str) -> list[str]:
                 f"{fork} holds commits or edits that patches/ does not: export them (`make patches`) and rebase "
                 f"again, or drop them (`make fork FORCE=1`); finishing now would leave them on {current.version}"
             )
+    commit = release_commit(root, current)
     # the sdist is verified again (from the cache) against the sha256 that is about to be pinned
     fetch_sdist(Upstream(state["name"], version, state["sha256"]))
     changed = export(root, work)
+    if commit is not None:
+        record_release(root, current.version, commit)
     write_pin(root, version, state["sha256"])
     pinned = read_upstream(root)
     assert (pinned.version, pinned.sha256) == (version, state["sha256"]), pinned
-    return [*changed, "UPSTREAM"]
+    return [*changed, *(["RELEASES"] if commit is not None else []), "UPSTREAM"]
+
+
+RELEASES_HEADER = """\
+# The release series this fork carried before the one pinned in patches/UPSTREAM: the upstream version each followed,
+# and the commit of main that last pinned it. Install one with `pip install "git+<fork-url>@<commit>"`.
+# `make rebase-finish` appends a line when the series moves to a new release.
+"""
+
+
+def release_commit(root: Path, old: Upstream) -> str | None:
+    """
+    The commit of the repository at `root` (main's HEAD) that carries the series on the release it is about to leave,
+    `None` when `root` is not the top of a git repository. Refuses while `patches/` holds changes that are not committed
+    there, or when that commit does not pin `old`: the commit recorded must install the old series as it was.
+    """
+    top = git(root, "rev-parse", "--show-toplevel", check=False)
+    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != root.resolve():
+        return None
+    if git(root, "status", "--porcelain", "--", "patches").stdout.strip():
+        raise ForkError(
+            f"patches/ holds changes that are not committed: commit them first, so that the commit recorded in "
+            f"patches/RELEASES installs the series on {old.version} as it is"
+        )
+    commit = git(root, "rev-parse", "HEAD").stdout.strip()
+    pinned = git(root, "show", f"{commit}:patches/UPSTREAM", check=False).stdout
+    if not re.search(rf"^version\s*=\s*{re.escape(old.version)}\s*$", pinned, flags=re.MULTILINE):
+        raise ForkError(
+            f"the commit {commit[:12]} does not pin {old.version} in patches/UPSTREAM: commit the pin first"
+        )
+    return commit
+
+
+def record_release(root: Path, version: str, commit: str) -> None:
+    """Append `<version> <commit>` to `patches/RELEASES` (created with its header when missing)."""
+    path = root / "patches" / "RELEASES"
+    text = path.read_text(encoding="utf-8") if path.is_file() else RELEASES_HEADER
+    path.write_text(text + f"{version} {commit}\n", encoding="utf-8")
+
+
+def read_releases(root: Path = ROOT) -> dict[str, str]:
+    """`patches/RELEASES` as `{version: commit}` (empty when there is none)."""
+    path = root / "patches" / "RELEASES"
+    if not path.is_file():
+        return {}
+    pairs = (line.split() for line in path.read_text(encoding="utf-8").splitlines() if line.split("#", 1)[0].strip())
+    return dict(pairs)
 
 
 def main() -> int:

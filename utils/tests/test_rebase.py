@@ -3,6 +3,8 @@ synthetic releases, toy 1.0 (the pinned one) and toy 1.1."""
 
 import re
 import shutil
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -12,7 +14,7 @@ from forktool.common import ForkError, git, read_series, read_upstream, sha256_o
 from forktool.export import export
 from forktool.materialize import materialize
 from forktool.outlook import outlook
-from forktool.rebase import continue_rebase, finish, rebase
+from forktool.rebase import continue_rebase, finish, read_releases, rebase
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -209,3 +211,49 @@ def test_outlook_reports_and_changes_nothing(toy, capsys, monkeypatch):
     assert "1 apply, 1 merge, 3 conflict, 1 empty" in capsys.readouterr().out
     assert snapshot(root) == before
     assert not (root / ".fork-rebase").exists()
+
+
+def test_finish_records_the_commit_of_the_release_it_leaves(toy, capsys):
+    """In a git repository, `finish` appends the old release and main's commit, which carries its series, to
+    `patches/RELEASES`; it refuses while `patches/` holds changes that are not committed."""
+    root, sha = toy
+    series(root, ("Set v5", "v5 = 5", "v5 = 500"))
+    git(root, "init", "--quiet")
+    (root / ".gitignore").write_text("/.fork/\n/.fork-rebase/\n/src/\n/tests\n", encoding="utf-8")
+    git(root, "add", "--all")
+    git(root, "commit", "--quiet", "--message", "series on toy 1.0")
+    commit = git(root, "rev-parse", "HEAD").stdout.strip()
+    assert rebase(root, "1.1", sha) is True
+    capsys.readouterr()
+
+    (root / "patches" / "series").write_text("0001-Set-v5.patch\n\n", encoding="utf-8")
+    with pytest.raises(ForkError, match="patches/ holds changes that are not committed"):
+        finish(root, "1.1")
+    git(root, "checkout", "--quiet", "--", "patches")
+
+    assert finish(root, "1.1") == ["0001-Set-v5.patch", "RELEASES", "UPSTREAM"]
+    assert read_releases(root) == {"1.0": commit}
+    assert (root / "patches" / "RELEASES").read_text(encoding="utf-8").startswith("# The release series")
+
+
+def test_releases_of_this_repository_are_commits_of_main_that_pin_them():
+    """Every release in `patches/RELEASES` names a commit in main's history whose `patches/UPSTREAM` pins it."""
+    releases = read_releases(REPO)
+    assert "5.23.0" in releases
+    for version, commit in releases.items():
+        assert git(REPO, "merge-base", "--is-ancestor", commit, "HEAD", check=False).returncode == 0, commit
+        pin = git(REPO, "show", f"{commit}:patches/UPSTREAM").stdout
+        assert re.search(rf"^version = {re.escape(version)}$", pin, flags=re.MULTILINE), (version, commit)
+
+
+def test_earlier_release_installs_from_its_commit(tmp_path):
+    """The README's line: `pip install "git+<fork-url>@<commit>"` with the commit of 5.23.0 installs that series."""
+    commit = read_releases(REPO)["5.23.0"]
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    install = [str(python), "-m", "pip", "install", "--quiet", "--no-deps", f"git+file://{REPO}@{commit}"]
+    result = subprocess.run(install, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    show = subprocess.run([str(python), "-m", "pip", "show", "transformers"], capture_output=True, text=True)
+    assert re.search(r"^Version: 5\.23\.0\+fork\.13\.g[0-9a-f]{8}$", show.stdout, flags=re.MULTILINE), show.stdout
