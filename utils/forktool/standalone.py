@@ -127,7 +127,7 @@ def check_one(
     -3` finds in `tree` the blobs of pristine and of this patch's dependencies only, as in a checkout of the
     release, never those of another patch checked before. With `pytest_args` (a list, possibly empty), also runs
     the test files the patch adds or changes, with the pytest settings of `config_root`; with `before` as well,
-    runs them again on the dependencies alone, with only the patch's files under `tests/` checked out.
+    runs them again on the dependencies alone, with only the patch's test files (`test_*.py`) checked out.
     """
     if result.error:
         return
@@ -153,10 +153,12 @@ def check_one(
                 changed = scratch_git("diff", "--name-only", "--diff-filter=d", "HEAD~1", "HEAD", "--", "tests")
                 _run_tests(tree, result, changed.stdout.split(), pytest_args, config_root)
                 if before and result.tests != "no tests":
-                    # the patch's base, then its added and changed files under tests/ (a deleted one stays: unrun)
+                    # the patch's base, then its added and changed test files (a deleted one stays: unrun); its other
+                    # files under tests/ (a `conftest.py`) are part of its change
                     patched = scratch_git("rev-parse", "HEAD").stdout.strip()
                     scratch_git("checkout", "--quiet", "--detach", "HEAD~1")
-                    scratch_git("checkout", patched, "--", *changed.stdout.split())
+                    test_files = [path for path in changed.stdout.split() if Path(path).name.startswith("test_")]
+                    scratch_git("checkout", patched, "--", *test_files)
                     scratch_git("clean", "-fdxq")  # the bytecode of the patched sources
                     _run_tests(tree, result, changed.stdout.split(), pytest_args, config_root, before=True)
         finally:
@@ -175,9 +177,11 @@ def _run_tests(
     if before:
         env["COLUMNS"] = "1000"  # else `-rf` cuts a failure's error, or drops it after a long test id
     # the repository's pytest settings (markers), the scratch tree's code and tests, its root as pytest's (the test
-    # ids of files outside pytest's root dir lose their path); `-rf`: a line per failed test
+    # ids of files outside pytest's root dir lose their path) and the top of the conftest files it reads (the
+    # repository's own `conftest.py` is not the tree's); `-rf`: a line per failed test
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(config_root / "pyproject.toml"),
-           "--rootdir", str(tree), *(["-rf"] if before else []), *pytest_args, *tests]  # fmt: skip
+           "--rootdir", str(tree), "--confcutdir", str(tree), *(["-rf"] if before else []), *pytest_args,
+           *tests]  # fmt: skip
     run = subprocess.run(cmd, cwd=tree.parent, env=env, capture_output=True, text=True)
     summary = (run.stdout.strip().splitlines() or ["(no output)"])[-1]
     if before:
