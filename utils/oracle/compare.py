@@ -13,9 +13,6 @@ REFERENCE_ATOL = 1e-4  # a run against its reference, computed another way (neve
 
 
 CACHES = ("static", "dynamic", "passed")  # see `oracle.matrix`
-# The fork's static-cache runs against pristine's, for a ring buffer's layers past their window: the same keys reach
-# the attention in another order, which moves the scores' last bits
-STATIC_ATOL = 1e-5
 
 
 def _ran(entry: dict, cache: str) -> bool:
@@ -40,41 +37,6 @@ def _run_difference(a: dict, b: dict) -> str | None:
         positions = (a["sequences"] != b["sequences"]).nonzero().tolist()
         detail = f"sequences differ at {len(positions)} positions, first {positions[:4]}; {detail}"
     return detail
-
-
-def _max_delta(a: dict, b: dict) -> float:
-    """The largest difference between the scores of two runs (0 where both are equal, NaN and inf included)."""
-    if a["scores"].shape != b["scores"].shape:
-        return float("inf")
-    delta = torch.where(
-        a["scores"] == b["scores"], 0.0, (a["scores"] - b["scores"]).abs().nan_to_num(nan=float("inf"))
-    )
-    return delta.max().item()
-
-
-def _close(a: dict, b: dict) -> bool:
-    """The same sequences, and scores within `STATIC_ATOL`."""
-    if "sequences" not in a or "sequences" not in b or a["sequences"].shape != b["sequences"].shape:
-        return False
-    return torch.equal(a["sequences"], b["sequences"]) and _max_delta(a, b) <= STATIC_ATOL
-
-
-def accepted_static_run(entry_a: dict, entry_b: dict, cache: str) -> str | None:
-    """Why the fork's static-cache run `cache` (`entry_b`) may differ from pristine's (`entry_a`), or None: past the
-    window of a ring buffer, with the same tokens and scores within `STATIC_ATOL`; or where it gives the tokens of
-    pristine's dynamic cache, with scores closer to them than pristine's static cache gives."""
-    if cache == "dynamic":
-        return None
-    run_a, run_b, dynamic_a = entry_a[cache], entry_b[cache], entry_a["dynamic"]
-    if (run_a.get("window_passed") or run_b.get("window_passed")) and _close(run_a, run_b):
-        return f"a ring buffer past its window: the same tokens, scores within {STATIC_ATOL}"
-    if "sequences" in dynamic_a and "sequences" in run_a and "sequences" in run_b:
-        # `passed` holds two calls, each to compare with the dynamic cache's one
-        calls = run_b["sequences"].shape[0] // dynamic_a["sequences"].shape[0]
-        reference = {key: torch.cat([dynamic_a[key]] * calls) for key in ("sequences", "scores")}
-        if _close(run_b, reference) and _max_delta(run_b, reference) < _max_delta(run_a, reference):
-            return "the fork's static cache is closer to pristine's dynamic cache than pristine's, with its tokens"
-    return None
 
 
 def compare(a: dict, b: dict) -> dict:
@@ -112,8 +74,6 @@ def compare(a: dict, b: dict) -> dict:
                 detail = _run_difference(run_a, run_b)
                 if detail is None:
                     counts["identical"] += 1
-                elif (why := accepted_static_run(entry_a, entry_b, cache)) is not None:
-                    accepted.append((model, cache, f"{why} ({detail})"))
                 else:
                     differences.append((model, cache, detail))
             elif not _ran(entry_a, cache) and not _ran(entry_b, cache):
@@ -180,10 +140,9 @@ def compare_sliding(a: dict, b: dict) -> dict:
     """Per family of the results `a` (pristine) and `b` (the fork) of `oracle.sliding`: a verdict (`equal`,
     `accepted` or `different`) with its detail, and the compiled graphs of each side.
 
-    The eager static run decides, as in the matrix (`accepted_static_run`): equal when both give exactly the same,
-    or raise the same error; accepted within `STATIC_ATOL` (a ring buffer past its window) or where the fork gives
-    pristine's dynamic cache's result and pristine's static cache does not. The fork's compiled runs must then give
-    its eager run's tokens, and never compile more graphs than pristine's."""
+    The eager static run decides, as in the matrix: equal when both give exactly the same (tokens and scores), or
+    raise the same error. The fork's compiled runs must then give its eager run's tokens, and never compile more
+    graphs than pristine's."""
     compared = {}
     for model in dict.fromkeys([*a["models"], *b["models"]]):
         entry_a, entry_b = a["models"].get(model, {}), b["models"].get(model, {})
@@ -202,12 +161,7 @@ def compare_sliding(a: dict, b: dict) -> dict:
             verdict = "equal" if same else "different"
             detail = f"{_outcome_of(entry_a['static'])} | {_outcome_of(entry_b['static'])}"
         elif (difference := _run_difference(entry_a["static"], entry_b["static"])) is not None:
-            why = accepted_static_run(
-                {"static": entry_a["static"], "dynamic": entry_a["dynamic"]},
-                {"static": {**entry_b["static"], "window_passed": True}},
-                "static",
-            )
-            verdict, detail = ("accepted", f"{why} ({difference})") if why else ("different", difference)
+            verdict, detail = "different", difference
         if verdict != "different" and "sequences" in entry_b.get("static", {}):
             for name in ("static_shapes", "default"):
                 runs = entry_b.get(name, {}).get("runs", [])

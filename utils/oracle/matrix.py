@@ -101,6 +101,8 @@ SIZE_OVERRIDES = {
     "expert_ffn_hidden_size": 32,
     # vocab and positions
     "vocab_size": VOCAB,
+    # the output size of heads whose checkpoint embedding is padded (Inkling 2)
+    "unpadded_vocab_size": VOCAB,
     "max_position_embeddings": MAXPOS,
     "n_positions": MAXPOS,
     "n_ctx": MAXPOS,
@@ -181,6 +183,16 @@ SPECIAL = {
     "xlstm": {"qk_dim_factor": 1.0},
     "reformer": {"is_decoder": True, "axial_pos_embds_dim": [32, 32]},
     "zamba": {"num_hidden_layers": 3, "layers_block_type": ["linear_attention", "hybrid", "hybrid"]},
+    # KV sharing: the second indexed layer reads the first one's keys and values (the layout must stay consistent)
+    "kolibri1_1": {
+        "num_hidden_layers": 3,
+        "layer_types": ["sliding_attention", "indexed_attention", "indexed_attention"],
+        "kv_source_layers": [0, 1, 1],
+        "index_layers": [1],
+        "mlp_only_layers": [0],
+        "head_dim": 16,
+        "index_num_heads": 1,
+    },
     "qwen4_exp": {
         "indexer_n_heads": 2,
         "indexer_kv_heads": 1,

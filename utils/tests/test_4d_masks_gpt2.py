@@ -352,7 +352,7 @@ class GPT2FourDimensionalMaskTest(unittest.TestCase):
         input_ids, mask_2d = _inputs()
         batch_size, seq_length = input_ids.shape
         mask_4d = _causal_4d(mask_2d, 0, seq_length)
-        expected = f"Expected a 4D attention mask of shape ({batch_size}, 1, {seq_length}, {seq_length})"
+        expected = f"Expected a 4D attention mask of shape ({batch_size}, num_heads, {seq_length}, {seq_length})"
         for name, mask in {"shorter_than_keys": mask_4d[..., :-1], "wrong_query_length": mask_4d[:, :, :-1]}.items():
             with self.subTest(name), torch.no_grad():
                 with self.assertRaisesRegex(
@@ -366,7 +366,7 @@ class GPT2FourDimensionalMaskTest(unittest.TestCase):
         with torch.no_grad():
             model(input_ids, attention_mask=mask_2d, cache=cache, use_cache=True)
             mask = torch.ones(batch_size, 1, 1, 2, dtype=torch.bool, device=torch_device)
-            with self.assertRaisesRegex(ValueError, re.escape(f"(3, 1, 1, {seq_length + 1}), broadcastable")):
+            with self.assertRaisesRegex(ValueError, re.escape(f"(3, num_heads, 1, {seq_length + 1}) for 1 queries")):
                 model(input_ids[:, -1:], attention_mask=mask, cache=cache, use_cache=True)
 
         # Cross-attention: the encoder mask has to cover the encoder states

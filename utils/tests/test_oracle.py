@@ -153,16 +153,10 @@ def test_both_trees_on_three_model_types(tmp_path):
     text = (tmp_path / "report.txt").read_text(encoding="utf-8")
     # mamba, which has no attention layer, runs with the `StaticCache` passed in too (since 5.24.0)
     assert text.count("identical runs: 9 of 9 that ran on both sides; the same error on both: 0 runs") == 2, text
-    for side, cache, count in (
-        ("A (upstream)", "static", 0),
-        ("A (upstream)", "passed", 0),
-        ("B (fork)", "static", 0),
-    ):
-        assert f"{side}, {cache}: static cache initialized before the prefill in {count} model types" in text, text
-    assert (
-        "B (fork), passed: static cache initialized before the prefill in 2 model types; layers initialized again in []"
-        in text
-    ), text
+    # Neither tree allocates a static cache before the prefill: `generate` does it only before a chunked prefill
+    for side in ("A (upstream)", "B (fork)"):
+        for cache in ("static", "passed"):
+            assert f"{side}, {cache}: static cache initialized before the prefill in 0 model types" in text, text
 
 
 LOGITS = torch.tensor([[0.25, -1.5], [2.0, 0.5]])
