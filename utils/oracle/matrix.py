@@ -172,6 +172,14 @@ SPECIAL = {
     "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1},
     "bamba": {"attn_layer_indices": [1]},
     "recurrent_gemma": {"num_hidden_layers": 3},
+    # The input, recurrent and output sections must add up to the layers (the defaults are 8 + rest + 8)
+    "dory": {
+        "num_hidden_layers": 4,
+        "n_input_layers": 1,
+        "n_recurrent_layers": 2,
+        "n_output_layers": 1,
+        "layer_types": ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+    },
     "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
     "gemma3n_text": {"num_kv_shared_layers": 0},
     "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention"]},
