@@ -1,12 +1,13 @@
 """`python -m bench` (`make bench`): the fork against pristine upstream, side by side, in one run.
 
-Runs `bench.scenarios` in one process per tree and repetition, alternating (upstream, fork, upstream, fork...),
-with this interpreter, `PYTHONPATH` set to the tree's `src` and one torch thread. The first run of each tree compiles
+Runs `bench.scenarios` in one process per tree and repetition, alternating (upstream, fork, upstream, fork...), with
+this interpreter, `PYTHONPATH` set to the tree's `src` and one torch thread. The first run of each tree compiles
 with a cold inductor cache (the compile cost) and runs every scenario; the later ones time the decode loop again on
 that tree's warm cache. A run whose decode steps stalled (the process was descheduled) is run again, within a
-budget, and said so. Writes `results.json`, `decode.png`, the runs' raw results and logs into the output folder,
-prints the table, and names the folder and the run's duration in its last line; `--publish` then copies the
-figures into docs/ and the README's generated blocks (`python -m bench.publish`).
+budget, and said so: per model, from the tree with more stalled runs (`next_rerun`). Writes `results.json`,
+`decode.png`, the runs' raw results and logs into the output folder, prints the table, and names the folder and the
+run's duration in its last line; `--publish` then copies the figures into docs/ and the README's generated blocks
+(`python -m bench.publish`).
 """
 
 from __future__ import annotations
@@ -199,11 +200,49 @@ def run_one(
     return result, wall
 
 
+def next_rerun(runs: list[dict], cap: int = RERUNS_PER_RUN) -> tuple[str, int] | None:
+    """The run (side, rep) whose decode to run again next, from the summaries of the runs so far (`run_sides`'s
+    `runs`: `side`, `rep`, `rerun`, `used`, and `stalled_models`, the stall share of each model the run stalled on),
+    or None when no used run that stalled has been run again fewer than `cap` times.
+
+    Per model, the used runs of each tree that stalled on it are counted: the tree with more of them is the worse
+    off (on a tie, the one whose stalls on that model add up to the larger share), since its stalled runs outnumber
+    the other's in the medians. The rerun goes to the worse-off tree of the model where it is furthest ahead, to its
+    most stalled run there; with every model even, to the most stalled run. So neither tree gets all the reruns while
+    the other's runs stay stalled."""
+    kept = {(run["side"], run["rep"]): run for run in runs if run.get("used", True)}
+    attempts: dict[tuple[str, int], int] = {}
+    for run in runs:
+        if run.get("rerun"):
+            attempts[run["side"], run["rep"]] = attempts.get((run["side"], run["rep"]), 0) + 1
+    count: dict[tuple[str, str], int] = {}  # (model, side) -> used runs stalled on the model
+    share: dict[tuple[str, str], float] = {}  # (model, side) -> their stall shares, summed
+    for (side, _), run in kept.items():
+        for model, value in (run.get("stalled_models") or {}).items():
+            count[model, side] = count.get((model, side), 0) + 1
+            share[model, side] = share.get((model, side), 0.0) + value
+
+    def priority(slot: tuple[str, int]) -> tuple[int, float, float]:
+        side = slot[0]
+        other = next(s for s in report.SIDES if s != side)
+        return max(
+            (
+                count[model, side] - count.get((model, other), 0),
+                share[model, side] - share.get((model, other), 0.0),
+                value,
+            )
+            for model, value in kept[slot]["stalled_models"].items()
+        )
+
+    candidates = [slot for slot, run in kept.items() if run.get("stalled_models") and attempts.get(slot, 0) < cap]
+    return max(candidates, key=priority, default=None)
+
+
 def run_sides(args: argparse.Namespace, trees: dict[str, Path], out: Path) -> tuple[list[dict], list[dict]]:
     """Run the plan (`run_plan`), then run again the decode of the runs whose decode steps stalled
-    (`report.stalled`), the most stalled first, at most RERUNS_PER_RUN times per run and `args.reruns` times in all,
-    keeping of each run the attempt that stalled least. Returns the results of every process, in the order they ran
-    (each with `rep`, `rerun` and `used`: False for an attempt not kept), and a summary of each."""
+    (`report.stalled`), each time one of the tree with more stalled runs on some model (`next_rerun`), at most
+    RERUNS_PER_RUN times per run and `args.reruns` times in all, keeping of each run the attempt that stalled least.
+    Returns the results of every process, in the order they ran (each with `rep`, `rerun` and `used`: False for an attempt not kept), and a summary of each."""
     (out / "raw").mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     plan = run_plan(args)
@@ -211,13 +250,13 @@ def run_sides(args: argparse.Namespace, trees: dict[str, Path], out: Path) -> tu
     caches = {side: None if args.long else Path(tempfile.mkdtemp(prefix=f"bench-inductor-{side}-")) for side in trees}
     results, runs, durations = [], [], {}
     kept: dict[tuple[str, int], int] = {}  # (side, rep) -> the index of its attempt kept
-    attempts: dict[tuple[str, int], int] = {}
 
     def run(side: str, rep: int, scenarios: list[str], label: str, attempt: int) -> dict:
         name = f"{side}-{rep}" + (f"-rerun{attempt}" if attempt else "")
         print(f"bench: {label} ...", end=" ", flush=True)
         result, wall = run_one(side, name, trees[side], scenarios, args, out, caches[side])
         share = report.stall_share(result)
+        found = report.stalled(result)
         result.update(rep=rep, rerun=attempt > 0, used=True)
         results.append(result)
         runs.append(
@@ -227,7 +266,8 @@ def run_sides(args: argparse.Namespace, trees: dict[str, Path], out: Path) -> tu
                 "rerun": attempt > 0,
                 "wall_s": wall,
                 "stall_share": share,
-                "stalled": report.describe_stalls(report.stalled(result)) or None,
+                "stalled": report.describe_stalls(found) or None,
+                "stalled_models": {model: summary["share"] for model, summary in found.items()},
                 "used": True,
                 "transformers_file": result["transformers_file"],
                 "raw": result["raw"],
@@ -241,7 +281,7 @@ def run_sides(args: argparse.Namespace, trees: dict[str, Path], out: Path) -> tu
     try:
         for n, (rep, side, scenarios) in enumerate(plan):
             summary = run(side, rep, scenarios, f"run {rep + 1}/{args.reps} {side}", 0)
-            kept[side, rep], attempts[side, rep] = len(runs) - 1, 0
+            kept[side, rep] = len(runs) - 1
             left = _left(plan[n + 1 :], durations, args)
             share = 100 * summary["stall_share"]
             stalled = f", stalled ({share:.0f}% of its decode time)" if summary["stalled"] else ""
@@ -249,19 +289,17 @@ def run_sides(args: argparse.Namespace, trees: dict[str, Path], out: Path) -> tu
                 f"{summary['wall_s']:.1f} s{stalled}" + (f" (about {_minutes(left)} left)" if left else ""), flush=True
             )
         for rerun in range(args.reruns):
-            candidates = [
-                slot for slot, index in kept.items() if runs[index]["stalled"] and attempts[slot] < RERUNS_PER_RUN
-            ]
-            if not candidates:
+            slot = next_rerun(runs)
+            if slot is None:
                 break
-            side, rep = slot = max(candidates, key=lambda slot: runs[kept[slot]]["stall_share"])
+            side, rep = slot
             before = runs[kept[slot]]
-            attempts[slot] += 1
+            attempt = 1 + sum(1 for r in runs if r["rerun"] and (r["side"], r["rep"]) == slot)
             label = (
                 f"rerun {rerun + 1}/{args.reruns}: {side} run {rep + 1}'s decode "
                 f"(stalls: {100 * before['stall_share']:.0f}% of its decode time)"
             )
-            summary = run(side, rep, ["decode"], label, attempts[slot])
+            summary = run(side, rep, ["decode"], label, attempt)
             if summary["stall_share"] < before["stall_share"]:
                 before["used"] = results[kept[slot]]["used"] = False
                 kept[slot] = len(runs) - 1

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from forktool.common import ROOT
 
-from .report import SCHEMA_VERSION, SIDES, _fmt, _number
+from .report import SCHEMA_VERSION, SIDES, _fmt, _number, contradicted, stall_counts
 
 
 RESULTS = Path("docs") / "bench-results.json"
@@ -196,14 +196,16 @@ def render_table(results: dict) -> str:
         if not _ok(entry):
             row(f"{name}: decode", entry["upstream"].get("status", "-"), entry["fork"].get("status", "-"))
             continue
-        ratio = entry["ratio"]
+        ratio, disagree = entry["ratio"], contradicted(entry)
         for key, label, floor in (
             ("ms_per_token", "ms per token", True),
             ("host_ms_per_token", "host ms per token (generate minus the compiled forward)", True),
             ("cpu_ms_per_token", "CPU ms per token (the process's CPU time)", False),
             ("forward_alone_ms", "compiled forward alone, ms (the limit)", True),
         ):
-            shown = f"{_x(ratio.get(f'{key}_floor'))} ({_x(ratio.get(key))})" if floor else f"({_x(ratio.get(key))})"
+            # a median that says the opposite of the floor comes with both trees' stall counts
+            median = _x(ratio.get(key)) + (f"; {stall_counts(entry)}" if key in disagree else "")
+            shown = f"{_x(ratio.get(f'{key}_floor'))} ({median})" if floor else f"({median})"
             row(f"{name}: {label}", _cell(entry["upstream"], key, floor), _cell(entry["fork"], key, floor), shown)
     models = [model for model in cost if _ok(cost[model])]
     if models:

@@ -179,6 +179,45 @@ def floors(entries: list[dict]) -> dict:
     }
 
 
+def contradicted(decode: dict) -> list[str]:
+    """The floor timings (FLOOR_TIMES) of one model's decode entry whose median ratio and floor ratio, fork /
+    upstream, disagree on which tree is faster: one below 1, the other above."""
+    ratio = decode.get("ratio") or {}
+    found = []
+    for key in FLOOR_TIMES:
+        median, floor = ratio.get(key), ratio.get(f"{key}_floor")
+        if _number(median) and _number(floor) and (median - 1) * (floor - 1) < 0:
+            found.append(key)
+    return found
+
+
+def stall_counts(decode: dict) -> str:
+    """`stalled runs: upstream 0 of 5, fork 5 of 5`: per tree, its used runs still stalled on the model."""
+    cells = [
+        f"{side} {decode[side].get('stalled_runs', '?')} of {decode[side].get('runs', '?')}"
+        for side in SIDES
+        if decode.get(side, {}).get("status") == "ok"
+    ]
+    return f"stalled runs: {', '.join(cells)}"
+
+
+def describe_contradiction(model: str, decode: dict) -> str | None:
+    """One line for a model whose median ratios contradict its floor ratios, with both trees' stall counts, e.g.
+    `decode.llama: the median and the floor disagree on which tree is faster: ms_per_token 1.25x by the median,
+    0.62x by the floor; stalled runs: upstream 0 of 5, fork 5 of 5 (the floors are the verdict)`. None without."""
+    keys = contradicted(decode)
+    if not keys:
+        return None
+    ratio = decode["ratio"]
+    shown = "; ".join(
+        f"{key} {ratio[key]:.2f}x by the median, {ratio[f'{key}_floor']:.2f}x by the floor" for key in keys
+    )
+    return (
+        f"decode.{model}: the median and the floor disagree on which tree is faster: {shown}; "
+        f"{stall_counts(decode)} (the floors are the verdict)"
+    )
+
+
 # ---- aggregation ---------------------------------------------------------------------------------------------
 
 
@@ -269,6 +308,9 @@ def aggregate(runs: list[dict], meta: dict) -> dict:
                         f"{side} decode.{model}: {decode[side]['stalled_runs']} of {decode[side]['runs']} runs stalled "
                         "even after the reruns (their figures are in the medians; the floors do not move)"
                     )
+            contradiction = describe_contradiction(model, decode)
+            if contradiction:
+                warnings.append(contradiction)
     calls_first = _first_with(runs, "upstream", "calls")
     if calls_first:
         results["calls"] = {}
@@ -548,11 +590,34 @@ def table(results: dict) -> str:
 # ---- the plot ------------------------------------------------------------------------------------------------
 
 
-def plot(results: dict, path: Path) -> bool:
-    """Per-step decode latency of both trees (the floors), and per token the floors split into the compiled forward
-    and the host work, with the runs' median and spread (min-max). False without decode."""
+# Each series of the plot's left side (model x tree) its own colour, line style and marker: per model a pair of
+# tab20's colours (the fork the darker) and a marker, per tree a line style.
+MODEL_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+SIDE_LINES = {"upstream": "--", "fork": "-"}
+
+
+def series_styles(models: list[str]) -> dict[tuple[str, str], dict]:
+    """The style of each (model, side) line of the plot's left side: `color`, `linestyle`, `marker`, each
+    combination distinct (the colours too, for up to 10 models)."""
+    import matplotlib
+
+    palette = matplotlib.colormaps["tab20"].colors
+    styles = {}
+    for n, model in enumerate(models):
+        for side in SIDES:
+            shade = 0 if side == "fork" else 1  # tab20 pairs a dark colour with its light one
+            styles[model, side] = {
+                "color": palette[(2 * n + shade) % len(palette)],
+                "linestyle": SIDE_LINES[side],
+                "marker": MODEL_MARKERS[n % len(MODEL_MARKERS)],
+            }
+    return styles
+
+
+def figure(results: dict):
+    """The plot's figure (see `plot`), or None without decode."""
     if "decode" not in results:
-        return False
+        return None
     import matplotlib
 
     matplotlib.use("Agg")
@@ -561,13 +626,20 @@ def plot(results: dict, path: Path) -> bool:
     # the models' greedy decoding (their other configurations, `<model> <configuration>`, are in the table)
     models = [model for model in results["decode"] if " " not in model]
     fig, (steps_ax, split_ax) = plt.subplots(1, 2, figsize=(12, 5.2))
-    colors = {"upstream": "tab:gray", "fork": "tab:blue"}
-    for model, line in zip(models, ("-", "--", ":")):
+    styles = series_styles(models)
+    for model in models:
         for side in SIDES:
             entry = results["decode"][model][side]
             step_ms = entry.get("step_ms_floor") or entry.get("step_ms") if entry["status"] == "ok" else None
             if step_ms:
-                steps_ax.plot(range(1, len(step_ms) + 1), step_ms, line, label=f"{model} {side}", color=colors[side])
+                steps_ax.plot(
+                    range(1, len(step_ms) + 1),
+                    step_ms,
+                    label=f"{model} {side}",
+                    markersize=3,
+                    markevery=max(1, len(step_ms) // 8),
+                    **styles[model, side],
+                )
     steps_ax.set(xlabel="decode step", ylabel="latency (ms)", title="decode steps, each at its fastest over the calls")
     steps_ax.set_ylim(bottom=0)
     steps_ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
@@ -618,6 +690,18 @@ def plot(results: dict, path: Path) -> bool:
         f"{results['reps']} runs per tree{where})"
     )
     fig.tight_layout()
+    return fig
+
+
+def plot(results: dict, path: Path) -> bool:
+    """Per-step decode latency of both trees (the floors), one line per model and tree, each in its own colour, line
+    style and marker (`series_styles`), and per token the floors split into the compiled forward and the host work,
+    with the runs' median and spread (min-max). False without decode."""
+    fig = figure(results)
+    if fig is None:
+        return False
+    import matplotlib.pyplot as plt
+
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True

@@ -364,12 +364,14 @@ def test_a_stalled_run_cannot_flip_the_ranking():
 
 
 def test_a_stalled_run_is_run_again_and_said_so(tmp_path, monkeypatch, capsys):
-    """After the planned runs, the driver runs again the decode (only the decode) of the stalled runs, the most
-    stalled first, within its budget; of each run it keeps the attempt that stalled least, and says so."""
+    """After the planned runs, the driver runs again the decode (only the decode) of the stalled runs, first those of
+    the tree with more stalled runs (here the fork: 2 against 1, though upstream's stalled most), within its budget;
+    of each run it keeps the attempt that stalled least, and says so."""
     script = {
         ("upstream", 0, 0): _synthetic_run("upstream", 1.0),
         ("fork", 0, 0): _synthetic_run("fork", 0.6, stall_ms=20.0, stalled_calls=3),
         ("fork", 0, 1): _synthetic_run("fork", 0.6, stall_ms=40.0, stalled_calls=3),
+        ("fork", 0, 2): _synthetic_run("fork", 0.6),
         ("upstream", 1, 0): _synthetic_run("upstream", 1.0, cold=False, stall_ms=40.0, stalled_calls=3),
         ("upstream", 1, 1): _synthetic_run("upstream", 1.0, cold=False),
         ("fork", 1, 0): _synthetic_run("fork", 0.6, cold=False, stall_ms=10.0, stalled_calls=3),
@@ -383,26 +385,130 @@ def test_a_stalled_run_is_run_again_and_said_so(tmp_path, monkeypatch, capsys):
         return {**result, "raw": f"raw/{name}.json", "log": f"logs/{name}.log"}, 1.0
 
     monkeypatch.setattr(bench_main, "run_one", fake_run_one)
-    args = parse_args(["--reps", "2", "--reruns", "2"])
+    args = parse_args(["--reps", "2", "--reruns", "3"])
     results, runs = bench_main.run_sides(args, {side: tmp_path / side for side in SIDES}, tmp_path / "out")
-    names = ["upstream-0", "fork-0", "upstream-1", "fork-1", "upstream-1-rerun1", "fork-0-rerun1"]
+    # the fork's most stalled run twice (its first rerun stalled more), then, with one stalled run per tree, upstream's
+    names = ["upstream-0", "fork-0", "upstream-1", "fork-1", "fork-0-rerun1", "fork-0-rerun2", "upstream-1-rerun1"]
     assert [name for name, _ in seen] == names
     assert dict(seen)["upstream-1-rerun1"] == ("decode",) and dict(seen)["upstream-1"] == ("decode",)
     assert "recompiles" in dict(seen)["fork-0"]
-    # kept: the clean rerun of upstream-1, the first fork-0 (its rerun stalled more), the stalled fork-1 (no budget)
-    assert [run["used"] for run in runs] == [True, True, False, True, True, False]
-    assert runs[1]["stalled"].startswith("gpt2: ") and runs[4]["stalled"] is None
+    # kept: fork-0's clean second rerun, upstream-1's clean rerun, the stalled fork-1 (no budget left)
+    assert [run["used"] for run in runs] == [True, False, False, True, False, True, True]
+    assert runs[1]["stalled"].startswith("gpt2: ") and runs[5]["stalled"] is None and runs[6]["stalled"] is None
+    assert set(runs[1]["stalled_models"]) == {"gpt2", "gpt2 eos"} and runs[5]["stalled_models"] == {}
     assert runs[2]["stall_share"] > runs[1]["stall_share"] > runs[3]["stall_share"] > STALL_SHARE
     out = capsys.readouterr().out
     assert "bench: run 2/2 upstream ... 1.0 s, stalled (" in out
-    assert "bench: rerun 1/2: upstream run 2's decode (stalls: " in out and "1.0 s, kept" in out
+    assert "bench: rerun 1/3: fork run 1's decode (stalls: " in out
+    assert "bench: rerun 3/3: upstream run 2's decode (stalls: " in out and "1.0 s, kept" in out
     assert "stalled as much or more" in out and "the first one kept" in out
-    assert "bench: still stalled, with no rerun left: fork run 1, fork run 2" in out
+    assert "bench: still stalled, with no rerun left: fork run 2" in out
     decode = aggregate(results, {**_meta(2), "runs": runs})["decode"]["gpt2"]
     assert decode["fork"]["runs"] == decode["upstream"]["runs"] == 2
-    assert decode["fork"]["reruns"] == decode["upstream"]["reruns"] == 1
-    assert decode["fork"]["stalled_runs"] == 2 and decode["upstream"]["stalled_runs"] == 0
-    assert "2 (1 rerun after stalls, 2 still stalled)" in table(aggregate(results, {**_meta(2), "runs": runs}))
+    assert decode["fork"]["reruns"] == 2 and decode["upstream"]["reruns"] == 1
+    assert decode["fork"]["stalled_runs"] == 1 and decode["upstream"]["stalled_runs"] == 0
+    assert "2 (2 reruns after stalls, 1 still stalled)" in table(aggregate(results, {**_meta(2), "runs": runs}))
+
+
+def _summary(side: str, rep: int, rerun: bool = False, **stalled_models: float) -> dict:
+    """A run's summary as `run_sides` records it, as much as `next_rerun` reads: the stall share of each model it
+    stalled on."""
+    return {"side": side, "rep": rep, "rerun": rerun, "used": True, "stalled_models": stalled_models}
+
+
+def _rerun(runs: list[dict], budget: int, outcome=lambda side, rep, attempt: {}) -> list[tuple[str, int]]:
+    """Drives `next_rerun` as `run_sides` does, each rerun stalling as `outcome` says (clean by default), keeping of
+    each run the attempt that stalled least; returns the runs picked, in order."""
+    picked = []
+    for _ in range(budget):
+        slot = bench_main.next_rerun(runs)
+        if slot is None:
+            break
+        picked.append(slot)
+        before = next(run for run in runs if (run["side"], run["rep"]) == slot and run["used"])
+        attempt = 1 + sum(1 for run in runs if run["rerun"] and (run["side"], run["rep"]) == slot)
+        after = _summary(*slot, rerun=True, **outcome(*slot, attempt))
+        if max(after["stalled_models"].values(), default=0) < max(before["stalled_models"].values()):
+            before["used"] = False
+        else:
+            after["used"] = False
+        runs.append(after)
+    return picked
+
+
+def test_reruns_go_to_the_tree_with_more_stalled_runs():
+    """The load that flipped Llama's median: every fork run stalled on Llama, a little; upstream's runs stalled more,
+    but fewer of them. The most stalled run first would give upstream all 3 reruns; the fork gets them until its
+    stalled runs no longer outnumber upstream's by more than upstream's outnumber the fork's on GPT2."""
+    runs = [
+        _summary("upstream", rep, **({"gpt2": 0.6} if rep < 2 else {"llama": 0.5} if rep == 2 else {}))
+        for rep in range(5)
+    ]
+    runs += [_summary("fork", rep, llama=0.2) for rep in range(5)]
+    assert _rerun(runs, 3) == [("fork", 0), ("fork", 1), ("upstream", 0)]
+    # with both trees stalled alike on one model, the reruns alternate, the tree whose stalls weigh more first
+    runs = [_summary("upstream", rep, llama=0.3) for rep in range(2)] + [
+        _summary("fork", rep, llama=0.25) for rep in range(2)
+    ]
+    assert _rerun(runs, 5) == [("upstream", 0), ("fork", 0), ("upstream", 1), ("fork", 1)]
+    assert bench_main.next_rerun(runs) is None  # nothing stalled is left
+
+
+def test_a_rerun_that_stalls_again_keeps_its_tree_in_front_within_the_cap():
+    """A run is run again at most RERUNS_PER_RUN times; while its tree still has more stalled runs, the next rerun is
+    that tree's next most stalled run, not the other tree's."""
+    runs = [_summary("upstream", 0, gpt2=0.9), _summary("fork", 0, gpt2=0.5), _summary("fork", 1, gpt2=0.3)]
+    picked = _rerun(runs, 4, outcome=lambda side, rep, attempt: {"gpt2": 0.95})
+    assert picked == [("fork", 0)] * bench_main.RERUNS_PER_RUN + [("fork", 1)] * bench_main.RERUNS_PER_RUN
+    assert bench_main.next_rerun(runs) == ("upstream", 0)
+    assert bench_main.next_rerun([_summary("upstream", 0), _summary("fork", 0)]) is None
+
+
+def test_a_median_that_contradicts_the_floor_is_shown_with_both_trees_stall_counts():
+    """3 of the fork's 5 runs stalled in 3 of their 5 calls: its median ratio says slower (> 1), its floor faster (0.6). The
+    table's warnings and the published table show that median with the stalled runs of both trees."""
+    runs = []
+    for rep in range(5):
+        runs.append(_synthetic_run("upstream", 1.0, stall_ms=15.0, stalled_calls=3 if rep == 0 else 0))
+        runs.append(_synthetic_run("fork", 0.6, stall_ms=15.0, stalled_calls=3 if rep < 3 else 0))
+    meta = {**_meta(5), "created": "2026-12-01T10:00:00+00:00", "quick": False, "long": False, "runs": []}
+    results = aggregate(runs, meta)
+    decode = results["decode"]["gpt2"]
+    assert decode["ratio"]["ms_per_token"] > 1 > decode["ratio"]["ms_per_token_floor"]
+    line = next(w for w in results["warnings"] if w.startswith("decode.gpt2: "))
+    median = decode["ratio"]["ms_per_token"]
+    assert f"ms_per_token {median:.2f}x by the median, 0.60x by the floor" in line
+    assert line.endswith("; stalled runs: upstream 1 of 5, fork 3 of 5 (the floors are the verdict)")
+    assert f"WARNING: {line}" in table(results)
+    row = next(r for r in publish.render_table(results).splitlines() if r.startswith("| GPT2: ms per token |"))
+    assert row.endswith(f"| 0.60x ({median:.2f}x; stalled runs: upstream 1 of 5, fork 3 of 5) |")
+    # where the median and the floor agree, neither says more
+    clean = aggregate([_synthetic_run(side, 1.0 if side == "upstream" else 0.6) for side in SIDES], _meta(1))
+    assert not any(w.startswith("decode.") for w in clean["warnings"])
+    assert "stalled runs" not in publish.render_table({**clean, "quick": False})
+
+
+def test_the_plot_tells_each_series_apart():
+    """Each line of the plot's left side (model x tree) has its own colour, line style and marker, and the legend
+    names each."""
+    import matplotlib.pyplot as plt
+    from bench import report
+
+    results = aggregate([_synthetic_run("upstream", 1.0), _synthetic_run("fork", 0.6)], _meta(1))
+    for model in ("llama", "gemma2"):
+        results["decode"][model] = results["decode"]["gpt2"]
+    results.update(environment={"load_average": {"start": 1.0, "end": 1.0}})
+    fig = report.figure(results)
+    try:
+        lines = fig.axes[0].get_lines()
+        labels = [line.get_label() for line in lines]
+        assert labels == [f"{model} {side}" for model in ("gpt2", "llama", "gemma2") for side in SIDES]
+        assert len({line.get_color() for line in lines}) == 6
+        assert len({(line.get_linestyle(), line.get_marker()) for line in lines}) == 6
+        assert {line.get_linestyle() for line in lines if line.get_label().endswith(" fork")} == {"-"}
+        assert [text.get_text() for text in fig.axes[0].get_legend().get_texts()] == labels
+    finally:
+        plt.close(fig)
 
 
 def test_run_plan_estimate_and_first_line():
