@@ -24,11 +24,21 @@ from .report import SCHEMA_VERSION, SIDES, _fmt, _number, contradicted, stall_co
 
 RESULTS = Path("docs") / "bench-results.json"
 PLOT = Path("docs") / "bench-decode.png"
-MODEL_NAMES = {"gpt2": "GPT2", "llama": "Llama", "gemma2": "Gemma 2 (sliding window 4)"}
+MODEL_NAMES = {
+    "gpt2": "GPT2",
+    "llama": "Llama",
+    "gemma2": "Gemma 2 (sliding window 4)",
+    "gemma3": "Gemma 3 multimodal (sliding window 4, an image in the prompt)",
+}
 # The decoding configurations beside the greedy one (`bench.scenarios.DECODE_CONFIGS`), as the headline names them
 CONFIG_LABELS = {
     "eos": "with an eos token and `min_new_tokens`",
     "sampling": "sampling (temperature, top-k, top-p, repetition penalty; eos token, `min_new_tokens`)",
+}
+# The compile paths users are taught (`bench.scenarios.DECODE_PATHS`), the headline's first rows
+PATH_LABELS = {
+    "compile_config": "generate's own compile (`CompileConfig()`, `dynamic=None`)",
+    "recipe": 'the recipe of the docs (`torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)`)',
 }
 
 
@@ -100,13 +110,13 @@ def _listed(names: list[str]) -> str:
 def render_headline(results: dict) -> str:
     """The README's first-screen block: per-token time, host time and compile cost, pristine vs fork."""
     decode, cost = results.get("decode", {}), results.get("compile_cost", {})
-    # the columns: each model's greedy decoding; its other configurations (`<model> <configuration>`) are rows
+    # the columns: each model's greedy decoding; its other configurations and paths (`<model> <name>`) are rows
     models = [model for model in decode if " " not in model and _ok(decode[model])]
     lines = [
         f"**What the fork buys**, from the latest `make bench` ({describe_run(results)}): tiny "
-        f"{_listed([MODEL_NAMES.get(m, m) for m in models])} on CPU, `generate` of "
-        f"{decode[models[0]]['upstream']['forward_calls'] if models else '?'} tokens with a static cache "
-        f"and a compiled forward, pristine {_upstream_version(results)} -> the fork:",
+        f"{_listed([MODEL_NAMES.get(m, m) for m in models])} on CPU, greedy `generate` of "
+        f"{decode[models[0]]['upstream']['forward_calls'] if models else '?'} tokens with a static cache, "
+        f"compiled as the docs teach and as the benchmark does, pristine {_upstream_version(results)} -> the fork:",
         "",
         "| | " + " | ".join(f"{MODEL_NAMES.get(m, m)}: pristine -> fork" for m in models) + " |",
         "|---|" + "---|" * len(models),
@@ -125,15 +135,34 @@ def render_headline(results: dict) -> str:
             return "-"
         return f"{_num(up)} -> {_num(fork)} {unit} (**{_x(entry['ratio'].get(f'{key}_floor'))}**)"
 
-    row("time per token", [floor(m, "ms_per_token", "ms") for m in models])
+    for path, label in PATH_LABELS.items():
+        row(f"time per token, {label}", [floor(f"{m} {path}", "ms_per_token", "ms") for m in models])
+    static = results.get("recompiles", {})
+
+    def symint_values(model: str) -> str:
+        entry = static.get(model, {}).get("static_cache_dynamic_none")
+        if not _ok(entry) or any(entry[side].get("symint_values_of_decode_steps") is None for side in SIDES):
+            return "-"
+        return " -> ".join(str(entry[side]["symint_values_of_decode_steps"]) for side in SIDES) + (
+            f" (of {entry['upstream']['decode_steps']} steps)"
+        )
+
     row(
-        "host time per token (`generate` around the compiled forward)",
+        "`SymInt` values the decoding graph takes with `dynamic=None`, one CUDA-graph recording each",
+        [symint_values(m) for m in models],
+    )
+    row(
+        "time per token, `torch.compile(model.forward, dynamic=False)`",
+        [floor(m, "ms_per_token", "ms") for m in models],
+    )
+    row(
+        "host time per token (`generate` around the compiled forward), `dynamic=False`",
         [floor(m, "host_ms_per_token", "ms") for m in models],
     )
     for config_name, label in CONFIG_LABELS.items():
         row(f"host time per token, {label}", [floor(f"{m} {config_name}", "host_ms_per_token", "ms") for m in models])
     row(
-        "the compiled forward alone (the last decoding step replayed)",
+        "the compiled forward alone (the last decoding step replayed), `dynamic=False`",
         [floor(m, "forward_alone_ms", "ms") for m in models],
     )
     compile_cells = []
@@ -151,9 +180,13 @@ def render_headline(results: dict) -> str:
         "",
         "Per-token figures are floors: each part of a call at its fastest over all the runs of a tree, which no "
         "stall of a busy machine moves ([how](utils/bench/README.md#how-it-measures)); absolute times depend on the "
-        "machine and its load, compare the ratios. Past its window, pristine's Gemma 2 compiles a graph per "
-        "decoding step until dynamo's recompile limit and runs the later steps uncompiled (its forward alone is "
-        "that uncompiled step); the fork compiles one. The compile's ratio, from one cold compile per tree unless "
+        'machine and its load, compare the ratios. On CPU, `mode="reduce-overhead"` captures no CUDA graph: with '
+        "`dynamic=None` (generate's own compile and the docs' recipe), past the window pristine compiles one graph "
+        "whose `SymInt` input takes a new value at every decoding step, which CUDA graphs would record once each "
+        "(the `SymInt` row); the fork's takes none. With `dynamic=False`, past its window pristine compiles a graph "
+        "per decoding step until dynamo's recompile limit and runs the later steps uncompiled (its forward alone is "
+        "that uncompiled step); the fork compiles one. Generate's own compile runs the prefill eagerly, as upstream "
+        "does. The compile's ratio, from one cold compile per tree unless "
         f"`make bench-long`, moves by several percent from run to run: the goals give it a verdict only from "
         f"{VERDICT_COMPILES} cold compiles per tree or more, whose ranges do not overlap. No GPU figure exists yet: `--device cuda` has "
         "not been run on a GPU.",
@@ -258,13 +291,14 @@ def render_table(results: dict) -> str:
     for config, keys, label in (
         ("static_cache", ("graphs", "graphs_after_first_decode_step", "graph_breaks"), "graphs / after the first "
          "decode step / graph breaks (`dynamic=False`)"),
-        ("static_cache_dynamic_none", ("graphs", "symint_inputs_of_decode_graphs"), "graphs / `SymInt` inputs of the "
-         "decoding graphs (`dynamic=None`, the default)"),
+        ("static_cache_dynamic_none", ("graphs", "symint_inputs_of_decode_graphs", "symint_values_of_decode_steps"),
+         "graphs / `SymInt` inputs of the decoding graphs / their distinct values over the decoding steps, what CUDA "
+         "graphs would record (`dynamic=None`, the default)"),
     ):  # fmt: skip
         models = [m for m in static if _ok(static[m].get(config))]
         if models:
             cells = {
-                side: ", ".join(" / ".join(str(static[m][config][side][k]) for k in keys) for m in models)
+                side: ", ".join(" / ".join(str(static[m][config][side].get(k, "-")) for k in keys) for m in models)
                 for side in SIDES
             }
             names = " / ".join(MODEL_NAMES.get(m, m) for m in models)

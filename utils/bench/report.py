@@ -410,6 +410,7 @@ RECOMPILE_MEASURES = (
     "recompiles",
     "graph_breaks",
     "symint_inputs_of_decode_graphs",
+    "symint_values_of_decode_steps",
     "decode_mask_shapes",
     "decode_mask_addresses",
 )

@@ -28,13 +28,18 @@ from torch._dynamo.utils import counters
 
 import transformers
 from transformers import (
+    CompileConfig,
     Gemma2Config,
     Gemma2ForCausalLM,
+    Gemma3Config,
+    Gemma3ForConditionalGeneration,
+    Gemma3TextConfig,
     GenerationConfig,
     GPT2Config,
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
+    SiglipVisionConfig,
 )
 from transformers.cache_utils import Cache, DynamicCache, QuantizedLayer
 
@@ -59,7 +64,15 @@ SIZES = {
     },
 }
 SCENARIOS = ["decode", "calls", "recompiles", "tracing", "mask_matrix"]
-MODELS = {"quick": ["gpt2"], "full": ["gpt2", "llama", "gemma2"]}
+MODELS = {"quick": ["gpt2"], "full": ["gpt2", "llama", "gemma2", "gemma3"]}
+# Gemma 3 multimodal (`Gemma3ForConditionalGeneration`, as its instruction checkpoints load): these prompt tokens are
+# one image's tokens, of the image given as pixel values
+IMAGE_TOKEN_ID, IMAGE_TOKENS = VOCAB_SIZE - 1, slice(LEFT_PADDING + 1, LEFT_PADDING + 5)
+# The compile paths users are taught, timed beside the benchmark's own `torch.compile(model.forward, dynamic=False)`
+# (the model's key in the results is `<model> <path>`): generate's own compilation (`CompileConfig()`: `dynamic=None`,
+# `mode="reduce-overhead"`; on CPU only with `_compile_all_devices`), and the recipe of the docs (`torch.compile(
+# model.forward, mode="reduce-overhead", fullgraph=True)`, `dynamic=None`)
+DECODE_PATHS = ["compile_config", "recipe"]
 # The decoding configurations users run, timed beside the greedy one with the same compiled forward: the model's
 # key in the results is `<model> <configuration>`. Each has an eos token, which `min_new_tokens` keeps from being
 # generated, so that the calls run to length: the min-length logits processors and the eos stopping criterion run
@@ -170,10 +183,54 @@ def tiny_model(name: str, device: str, attn_implementation: str = "sdpa", **kwar
         )
         model_class = Gemma2ForCausalLM
         attn_implementation = "eager"
+    elif name == "gemma3":
+        text_config = Gemma3TextConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            max_position_embeddings=128,
+            sliding_window=SLIDING_WINDOW,
+            layer_types=["sliding_attention", "full_attention"],
+            **common,
+        )
+        vision_config = SiglipVisionConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            image_size=8,
+            patch_size=2,
+        )
+        config = Gemma3Config(
+            text_config=text_config,
+            vision_config=vision_config,
+            mm_tokens_per_image=IMAGE_TOKENS.stop - IMAGE_TOKENS.start,
+            image_token_index=IMAGE_TOKEN_ID,
+            **kwargs,
+        )
+        config.eos_token_id, config.pad_token_id = None, PAD_TOKEN_ID
+        model_class = Gemma3ForConditionalGeneration
     else:
         raise ValueError(f"unknown model {name!r}")
     config._attn_implementation = attn_implementation
     return model_class(config).to(device).eval()
+
+
+def model_inputs(name: str, device: str) -> dict:
+    """`generate`'s inputs for model `name`: the prompt and its mask, and for Gemma 3 an image (its tokens in both
+    rows, the pixel values and the token types)."""
+    input_ids, mask = prompt(device)
+    inputs = {"input_ids": input_ids, "attention_mask": mask}
+    if name == "gemma3":
+        input_ids.masked_fill_(input_ids == IMAGE_TOKEN_ID, IMAGE_TOKEN_ID - 1)
+        input_ids[:, IMAGE_TOKENS] = IMAGE_TOKEN_ID
+        generator = torch.Generator().manual_seed(2)
+        inputs["pixel_values"] = torch.randn(BATCH_SIZE, 3, 8, 8, generator=generator).to(device)
+        inputs["token_type_ids"] = (input_ids == IMAGE_TOKEN_ID).long()
+    return inputs
 
 
 def prompt(device: str, length: int = PROMPT_LENGTH) -> tuple[torch.Tensor, torch.Tensor]:
@@ -224,6 +281,13 @@ class TimedForward:
         self.mask_addresses.clear()
 
     def __call__(self, *args, **kwargs):
+        started = self.begin(args, kwargs)
+        output = self.forward(*args, **kwargs)
+        self.end(started)
+        return output
+
+    def begin(self, args, kwargs) -> tuple[float, float]:
+        """Record a forward's inputs; its start (wall clock, CPU time)."""
         mask = kwargs.get("attention_mask")
         # One mask, or one per layer type (models with sliding window layers)
         masks = [mask[key] for key in sorted(mask)] if isinstance(mask, dict) else [mask]
@@ -231,14 +295,30 @@ class TimedForward:
         self.mask_shapes.append(tuple(tuple(m.shape) for m in tensors) if tensors else None)
         self.mask_addresses.append(tuple(m.data_ptr() for m in tensors) if tensors else None)
         self.last_call = (args, kwargs)
-        cpu_start = time.process_time()
-        start = time.perf_counter()
-        output = self.forward(*args, **kwargs)
+        return time.perf_counter(), time.process_time()
+
+    def end(self, started: tuple[float, float]) -> None:
         if self.synchronize:
             torch.cuda.synchronize()
+        start, cpu_start = started
         self.calls.append((start, time.perf_counter() - start))
         self.cpu_calls.append((cpu_start, time.process_time() - cpu_start))
-        return output
+
+    def time_eager_calls(self, model) -> None:
+        """Also time the calls of `model` that run eagerly (hooks, which do nothing in a compiled call): generate's
+        own compilation runs the prefill eagerly, and the decoding steps through the compiled call timed by `self`."""
+        started = []
+
+        def before(module, args, kwargs):
+            if not torch.compiler.is_compiling():
+                started.append(self.begin(args, kwargs))
+
+        def after(module, args, kwargs, output):
+            if not torch.compiler.is_compiling():
+                self.end(started.pop())
+
+        model.register_forward_pre_hook(before, with_kwargs=True)
+        model.register_forward_hook(after, with_kwargs=True)
 
 
 class RecompileLog(logging.Handler):
@@ -366,25 +446,17 @@ def decode(name: str, device: str, mode: str, sizes: dict, cold_cache: bool | No
     torch._dynamo.reset()
     counters.clear()
     model = tiny_model(name, device)
-    input_ids, mask = prompt(device)
+    inputs = model_inputs(name, device)
     compiled = torch.compile(model.forward, mode=mode, dynamic=False)
     timer = TimedForward(compiled, synchronize=device == "cuda")
     model.forward = timer
     config = generation_config(new_tokens, static_cache=True)
-
-    def run(config: GenerationConfig = config) -> tuple[float, float, float]:
-        _sync(device)
-        cpu_start = time.process_time()
-        start = time.perf_counter()
-        model.generate(input_ids, attention_mask=mask, generation_config=config)
-        _sync(device)
-        end = time.perf_counter()
-        return end - start, time.process_time() - cpu_start, start
+    run = functools.partial(_timed_generate, model, inputs, device)
 
     with cudagraph_recordings(device) as recordings:
         code_before = _generated_code()
         cpu_start = _cpu_seconds()
-        first, _, _ = run()
+        first, _, _ = run(config)
         compile_cost = {
             "first_generate_s": first,
             "first_generate_cpu_s": _cpu_seconds() - cpu_start,
@@ -399,7 +471,7 @@ def decode(name: str, device: str, mode: str, sizes: dict, cold_cache: bool | No
             new_files = set(code_after) - set(code_before)
             compile_cost["generated_files"] = len(new_files)
             compile_cost["generated_kb"] = sum(code_after[path] for path in new_files) / 1e3
-        runs = timed_runs(run, timer, new_tokens, sizes["repeats"])
+        runs = timed_runs(functools.partial(run, config), timer, new_tokens, sizes["repeats"])
         # The static cache writes at its own running position: reset it (in place, outside the timing) before each
         # replay, so that every replay writes at a valid position with the same shapes and addresses.
         args, kwargs = timer.last_call
@@ -433,6 +505,48 @@ def decode(name: str, device: str, mode: str, sizes: dict, cold_cache: bool | No
         runs = timed_runs(functools.partial(run, config), timer, new_tokens, sizes["repeats"])
         measured[config_name] = {"status": "ok", **summarize_runs(runs, timer)}
     return measured
+
+
+def _timed_generate(model, inputs: dict, device: str, config: GenerationConfig) -> tuple[float, float, float]:
+    """One `generate` call: its wall time, its CPU time and its start (wall clock)."""
+    _sync(device)
+    cpu_start = time.process_time()
+    start = time.perf_counter()
+    model.generate(**inputs, generation_config=config)
+    _sync(device)
+    return time.perf_counter() - start, time.process_time() - cpu_start, start
+
+
+def decode_path(name: str, device: str, sizes: dict, path: str) -> dict:
+    """Greedy `generate` with a static cache, compiled along one of `DECODE_PATHS`, timed as in `decode` (a first call
+    that compiles, after a dynamo reset, one more to warm up, then `repeats` calls): the same keys as its greedy
+    entry, without the forward replayed alone, plus the first call's time and the graphs compiled."""
+    torch._dynamo.reset()
+    counters.clear()
+    model = tiny_model(name, device)
+    synchronize = device == "cuda"
+    if path == "recipe":
+        timer = TimedForward(torch.compile(model.forward, mode="reduce-overhead", fullgraph=True), synchronize)
+        model.forward = timer
+        config = generation_config(sizes["new_tokens"], static_cache=True)
+    else:
+        config = generation_config(sizes["new_tokens"], static_cache=True, generate_compiles=True)
+        config.compile_config = CompileConfig()
+        # generate compiles on CUDA-like devices only, unless told otherwise
+        config.compile_config._compile_all_devices = True
+        # Each forward of generate goes through the compiled call it gets from the model: timed from outside it
+        compiled_call, timer = model.get_compiled_call, TimedForward(None, synchronize)
+        timer.time_eager_calls(model)
+
+        def timed_compiled_call(compile_config):
+            timer.forward = compiled_call(compile_config)
+            return timer
+
+        model.get_compiled_call = timed_compiled_call
+    run = functools.partial(_timed_generate, model, model_inputs(name, device), device, config)
+    first, _, _ = run()
+    result = summarize_runs(timed_runs(run, timer, sizes["new_tokens"], sizes["repeats"]), timer)
+    return {"status": "ok", **result, "first_generate_s": first, "graphs": counters["stats"]["unique_graphs"]}
 
 
 def timed_runs(run, timer: TimedForward, new_tokens: int, repeats: int) -> list[dict]:
@@ -495,10 +609,9 @@ def summarize_runs(runs: list[dict], timer: TimedForward) -> dict:
 # ---- 6: consecutive generate calls -----------------------------------------------------------------------------
 
 
-def timed_calls(model, device: str, config: GenerationConfig, n_calls: int) -> dict:
+def timed_calls(model, inputs: dict, device: str, config: GenerationConfig, n_calls: int) -> dict:
     """`n_calls` consecutive `generate` calls of the same shape, right after `torch._dynamo.reset()` (the first one
     compiles): the wall time of each (ms) and, on CUDA, the CUDA-graph recordings during each."""
-    input_ids, mask = prompt(device)
     torch._dynamo.reset()
     call_ms, recorded = [], []
     with cudagraph_recordings(device) as recordings:
@@ -506,7 +619,7 @@ def timed_calls(model, device: str, config: GenerationConfig, n_calls: int) -> d
             before = recordings["recordings"] if recordings is not None else 0
             _sync(device)
             start = time.perf_counter()
-            model.generate(input_ids, attention_mask=mask, generation_config=config)
+            model.generate(**inputs, generation_config=config)
             _sync(device)
             call_ms.append(1e3 * (time.perf_counter() - start))
             recorded.append(recordings["recordings"] - before if recordings is not None else None)
@@ -529,11 +642,11 @@ def calls(name: str, device: str, mode: str, sizes: dict) -> dict:
             model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
         else:
             model.forward = torch.compile(model.forward, mode=mode, dynamic=False)
-        return timed_calls(model, device, config, sizes["calls"])
+        return timed_calls(model, model_inputs(name, device), device, config, sizes["calls"])
 
     def generate_compile():
         user_config = generation_config(sizes["new_tokens"], static_cache=True, generate_compiles=True)
-        return timed_calls(tiny_model(name, device), device, user_config, sizes["calls"])
+        return timed_calls(tiny_model(name, device), model_inputs(name, device), device, user_config, sizes["calls"])
 
     result = guarded(compiled_forward)
     result["generate_compile"] = guarded(generate_compile) if device == "cuda" else None
@@ -545,28 +658,40 @@ def calls(name: str, device: str, mode: str, sizes: dict) -> dict:
 
 def recompiles(name: str, device: str, config_name: str, steps: int) -> dict:
     """Graphs, recompiles, graph breaks and `SymInt` inputs of a forward compiled with a counting backend over a
-    whole `generate`."""
+    whole `generate`, and the distinct values those inputs take over the decoding steps (a CUDA graph records the
+    graph once per value)."""
     static_cache, dynamic = RECOMPILE_CONFIGS[config_name]
     torch._dynamo.reset()
     counters.clear()
     model = tiny_model(name, device)
-    input_ids, mask = prompt(device)
+    inputs = model_inputs(name, device)
     compile_calls: list[int] = []  # the forward call during which each graph was compiled (0 = prefill)
     ops: list[int] = []
     symints: list[int] = []
+    symint_values: set[tuple] = set()  # (graph, the values of its `SymInt` inputs) for each decoding step
 
     def counting_backend(gm, example_inputs):
+        graph = len(compile_calls)
         compile_calls.append(len(timer.calls))
         ops.append(sum(node.op == "call_function" for node in gm.graph.nodes))
-        symints.append(sum(isinstance(value, torch.SymInt) for value in example_inputs))
-        return gm.forward
+        positions = [i for i, value in enumerate(example_inputs) if isinstance(value, torch.SymInt)]
+        symints.append(len(positions))
+        if not positions:
+            return gm.forward
+
+        def forward(*args):
+            if len(timer.calls) >= 1:
+                symint_values.add((graph, tuple(int(args[i]) for i in positions)))
+            return gm.forward(*args)
+
+        return forward
 
     timer = TimedForward(torch.compile(model.forward, backend=counting_backend, dynamic=dynamic), False)
     model.forward = timer
     try:
         config = generation_config(steps, static_cache)
         with RecompileLog() as log:
-            model.generate(input_ids, attention_mask=mask, generation_config=config)
+            model.generate(**inputs, generation_config=config)
     except Exception as e:  # reported as the side's result
         return {"status": first_line(e)}
     return {
@@ -579,6 +704,7 @@ def recompiles(name: str, device: str, config_name: str, steps: int) -> dict:
         "recompile_reasons": log.reasons(),
         "ops_per_graph": ops,
         "symint_inputs_of_decode_graphs": sum(n for call, n in zip(compile_calls, symints) if call >= 1),
+        "symint_values_of_decode_steps": len(symint_values),
         "decode_mask_shapes": len(set(timer.mask_shapes[1:])),
         "decode_mask_addresses": len(set(timer.mask_addresses[1:])),
     }
@@ -818,6 +944,8 @@ def run_side(side: str, quick: bool, device: str, only: list[str] | None = None)
             for config_name in DECODE_CONFIGS:
                 # Their compile is the model's own (the same graphs)
                 scenarios["decode"][f"{name} {config_name}"] = measured.get(config_name, measured)
+            for path in DECODE_PATHS:
+                scenarios["decode"][f"{name} {path}"] = guarded(decode_path, name, device, sizes, path)
         timings["decode"] = time.perf_counter() - start
     if "calls" in selected:
         timed("calls", lambda: {name: guarded(calls, name, device, mode, sizes) for name in MODELS[size]})

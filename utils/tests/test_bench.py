@@ -80,8 +80,10 @@ def test_quick_mode_json_schema(quick_run):
     assert results["device"] == "cpu" and results["compile_mode"] == "default" and results["threads"] == 1
     assert results["reps"] == 1 and results["rerun_budget"] == 0 and results["order"] == ["upstream", "fork"]
     assert results["plot"] == "decode.png"
-    # one run per tree: no spread to warn about; a stall is said (--quick runs nothing again)
-    assert all("runs stalled even after the reruns" in warning for warning in results["warnings"])
+    # one run per tree: no spread to warn about; a stall is said (--quick runs nothing again), and a median that
+    # contradicts its floor
+    said = ("runs stalled even after the reruns", "the median and the floor disagree")
+    assert all(any(text in warning for text in said) for warning in results["warnings"]), results["warnings"]
     assert isinstance(results["wall_s"], float)
     load = results["environment"]["load_average"]
     assert isinstance(load["start"], float) and isinstance(load["end"], float)
@@ -105,9 +107,9 @@ def test_quick_mode_json_schema(quick_run):
         assert raw["torch_threads"] == 1 and raw["inductor_cache_cold"] is True
 
     # 1 and 3: timings (medians, minimums and maximums over the runs) are numbers, the floors and ratios next to them
-    assert set(results["decode"]) == {"gpt2", "gpt2 eos", "gpt2 sampling"}
+    assert set(results["decode"]) == {"gpt2", "gpt2 eos", "gpt2 sampling", "gpt2 compile_config", "gpt2 recipe"}
     assert set(results["compile_cost"]) == {"gpt2"}  # the decoding configurations share the model's compile
-    for config_name in ("eos", "sampling"):
+    for config_name in ("eos", "sampling", "compile_config", "recipe"):
         entry = results["decode"][f"gpt2 {config_name}"]
         for side in SIDES:
             assert entry[side]["status"] == "ok" and entry[side]["forward_calls"] == 8, (config_name, entry[side])
@@ -160,6 +162,7 @@ def test_quick_mode_json_schema(quick_run):
                     "recompiles",
                     "graph_breaks",
                     "symint_inputs_of_decode_graphs",
+                    "symint_values_of_decode_steps",
                 ):
                     assert isinstance(entry[key], int), (config, side, key)
                 assert isinstance(entry["recompile_reasons"], list)
@@ -585,7 +588,9 @@ def test_publish_writes_docs_and_the_readme_blocks(tmp_path):
     assert text.startswith("# title\n\n<!-- bench:headline -->\n**What the fork buys**") and text.endswith("end\n")
     assert "stale figures" not in text and "\ntext\n" in text
     headline = publish.block(text, "headline")
-    assert "| time per token | 1.000 -> 0.600 ms (**0.60x**) |" in headline
+    assert (
+        "| time per token, `torch.compile(model.forward, dynamic=False)` | 1.000 -> 0.600 ms (**0.60x**) |" in headline
+    )
     assert "load average 1.5 at the start and 2.0 at the end" in headline
     assert "No GPU figure exists yet" in headline
     assert "| GPT2: ms per token | **1.000**; 1.000 | **0.600**; 0.600 | 0.60x (0.60x) |" in publish.block(
