@@ -35,12 +35,12 @@ LONG_SCENARIOS = ("calls",)  # run with --long (or --quick, or when named in --o
 REPEATED = ("decode", "calls")  # timed again in every run; the others are counts and matrices, run once per tree
 RERUNS_PER_RUN = 2  # a run is run again at most this many times after stalls
 # Rough durations of a run, in seconds, on the project's 2 cores with no other work, for the first line's estimate:
-# a tree's first run (a cold compile of both models, then every scenario), a later run (decode on a warm cache, and a
-# rerun), with --long a run (cold compile, decode, consecutive calls), with --quick a run. The estimate multiplies
-# them by (load + cores) / (2 cores) when that is above 1: with three models and their decoding configurations,
-# `make bench` took 9 min 56 s from a load average of 0.7 (2026-12-02: first runs 221 and 171 s, later ones 17-32 s),
-# where this gives 11 min 38 s (it counts the 3 reruns the budget allows; this run needed 1).
-ESTIMATE_S = {"first": 195.0, "later": 28.0, "long": 180.0, "quick": 60.0}
+# a tree's first run (a cold compile of every model along each compile path, then every scenario), a later run
+# (decode on a warm cache, and a rerun), with --long a run (cold compiles, decode, consecutive calls), with --quick a
+# run. The estimate multiplies them by (load + cores) / (2 cores) when that is above 1: with four models, their
+# decoding configurations and the three compile paths, `make bench` took 34 min 58 s from a load average of 0.8
+# (2026-12-03: first runs 540 and 417 s, later ones 55-150 s, 3 reruns of 81-149 s), where this gives 34 min 20 s.
+ESTIMATE_S = {"first": 480.0, "later": 100.0, "long": 480.0, "quick": 90.0}
 
 
 class BenchError(Exception):
@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
     cores, load = os.cpu_count() or 1, os.getloadavg()[0]
-    what = "GPT2" if args.quick else "GPT2, Llama and Gemma 2"
+    what = "GPT2" if args.quick else "GPT2, Llama, Gemma 2 and Gemma 3 multimodal"
     later = "" if args.long or args.quick else "; `make bench-long` adds the compile cost of every run and the calls"
     print(
         f"bench: {args.reps} run(s) per tree of {what}, {', '.join(selected_scenarios(args))}; about "
