@@ -522,7 +522,7 @@ def test_run_plan_estimate_and_first_line():
     assert len(bench_main.run_plan(parse_args(["--only", "tracing,mask_matrix"]))) == 2
     assert bench_main.run_plan(parse_args(["--quick"]))[0][2] == list(bench_main.SCENARIOS)
     quiet = bench_main.estimate_s(parse_args([]), cores=2, load=0.0)
-    assert 300 < quiet < 900 and bench_main.estimate_s(parse_args([]), cores=2, load=6.0) == 2 * quiet
+    assert 1200 < quiet < 3000 and bench_main.estimate_s(parse_args([]), cores=2, load=6.0) == 2 * quiet
     assert bench_main.estimate_s(parse_args([]), cores=2, load=1.5) == quiet
     assert bench_main.estimate_s(parse_args(["--long"]), cores=2, load=0.0) > quiet
 
