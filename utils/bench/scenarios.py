@@ -148,54 +148,33 @@ def settled_heap():
 
 
 def tiny_model(name: str, device: str, attn_implementation: str = "sdpa", **kwargs):
-    """A 2-layer GPT2, Llama or Gemma 2 (one sliding window layer of `SLIDING_WINDOW` tokens, one full attention
-    layer; eager attention, the only one it takes) with random weights (seeded), float32, in eval mode. No eos:
-    generate runs to length."""
+    """A 2-layer GPT2, Llama, Gemma 2 (one sliding window layer of `SLIDING_WINDOW` tokens, one full attention
+    layer; eager attention, the only one it takes) or Gemma 3 multimodal (its text model as Gemma 2's, a 1-layer
+    vision tower) with random weights (seeded), float32, in eval mode. No eos: generate runs to length."""
     torch.manual_seed(0)
     common = {"vocab_size": VOCAB_SIZE, "bos_token_id": 1, "eos_token_id": None, "pad_token_id": PAD_TOKEN_ID}
+    # Llama's sizes, and Gemma's head size and sliding window
+    sizes = {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 128,
+    }
+    gemma = {"head_dim": 8, "sliding_window": SLIDING_WINDOW}
     if name == "gpt2":
         config = GPT2Config(n_positions=128, n_embd=32, n_layer=2, n_head=4, **common, **kwargs)
         model_class = GPT2LMHeadModel
     elif name == "llama":
-        config = LlamaConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=128,
-            **common,
-            **kwargs,
-        )
+        config = LlamaConfig(**sizes, **common, **kwargs)
         model_class = LlamaForCausalLM
     elif name == "gemma2":
-        config = Gemma2Config(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=8,
-            max_position_embeddings=128,
-            sliding_window=SLIDING_WINDOW,
-            **common,
-            **kwargs,
-        )
+        config = Gemma2Config(**sizes, **gemma, **common, **kwargs)
         model_class = Gemma2ForCausalLM
         attn_implementation = "eager"
     elif name == "gemma3":
-        text_config = Gemma3TextConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=8,
-            max_position_embeddings=128,
-            sliding_window=SLIDING_WINDOW,
-            layer_types=["sliding_attention", "full_attention"],
-            **common,
-        )
+        text_config = Gemma3TextConfig(**sizes, **gemma, layer_types=["sliding_attention", "full_attention"], **common)
         vision_config = SiglipVisionConfig(
             hidden_size=32,
             intermediate_size=64,
