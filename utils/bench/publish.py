@@ -35,6 +35,8 @@ CONFIG_LABELS = {
     "eos": "with an eos token and `min_new_tokens`",
     "sampling": "sampling (temperature, top-k, top-p, repetition penalty; eos token, `min_new_tokens`)",
 }
+# The decoding configurations of the compiled decoding step's rows (`report.decoding_step_summary`)
+STEP_LABELS = {"greedy": "greedy", **CONFIG_LABELS}
 # The compile paths users are taught (`bench.scenarios.DECODE_PATHS`), the headline's first rows
 PATH_LABELS = {
     "compile_config": "generate's own compile (`CompileConfig()`, `dynamic=None`)",
@@ -137,6 +139,26 @@ def render_headline(results: dict) -> str:
 
     for path, label in PATH_LABELS.items():
         row(f"time per token, {label}", [floor(f"{m} {path}", "ms_per_token", "ms") for m in models])
+    steps = results.get("decoding_step", {})
+
+    def step(name: str, versus: str, before: str) -> str:
+        figures = steps.get(name) or {}
+        ratio, was, now = figures.get(versus), figures.get(before), figures.get("decoding_step")
+        if not ratio or not was or not now:
+            return "-"
+        return f"{_num(was['floor'])} -> {_num(now['floor'])} ms (**{_x(ratio['floor'])}**)"
+
+    for config_name, label in STEP_LABELS.items():
+        row(
+            f"time per token, the fork's compiled decoding step (`CompileConfig(decoding_step=True)`) against "
+            f"pristine's `CompileConfig()`, {label}",
+            [step(f"{m} {config_name}", "step_vs_pristine", "pristine_compile_config") for m in models],
+        )
+    row(
+        "time per token, the fork's compiled decoding step against a hand-written loop over the same compiled "
+        "forward, greedy",
+        [step(f"{m} greedy", "step_vs_handwritten", "handwritten") for m in models],
+    )
     static = results.get("recompiles", {})
 
     def symint_values(model: str) -> str:

@@ -218,6 +218,54 @@ def describe_contradiction(model: str, decode: dict) -> str | None:
     )
 
 
+# ---- the compiled decoding step -------------------------------------------------------------------------------
+
+
+def _step_figures(entry: dict | None) -> dict | None:
+    """ms per token of one side's decode entry: the floor, the median and the range over the runs (None if failed)."""
+    if not entry or entry.get("status") != "ok":
+        return None
+    return {key: entry.get(f"ms_per_token{suffix}") for key, suffix in
+            (("floor", "_floor"), ("median", ""), ("min", "_min"), ("max", "_max"))}  # fmt: skip
+
+
+def _step_ratio(numerator: dict | None, denominator: dict | None) -> dict | None:
+    """numerator / denominator by the floor and by the median, and the range the runs allow (the least: the fastest
+    numerator over the slowest denominator; the most: the reverse)."""
+    if numerator is None or denominator is None:
+        return None
+    return {
+        "floor": _ratio(numerator["floor"], denominator["floor"]),
+        "median": _ratio(numerator["median"], denominator["median"]),
+        "range": [_ratio(numerator["min"], denominator["max"]), _ratio(numerator["max"], denominator["min"])],
+    }
+
+
+def decoding_step_summary(decode: dict) -> dict:
+    """Per `<model> decoding_step[ <configuration>]` entry (the fork's `CompileConfig(decoding_step=True)`): ms per
+    token of pristine's `CompileConfig()` in the same configuration, of the fork's, of the compiled step, and in the
+    greedy one of the hand-written loop over the same compiled forward (the fork's), with the ratios step / pristine's
+    `CompileConfig()` and step / hand-written loop (see `_step_ratio`)."""
+    summary = {}
+    for key, sides in decode.items():
+        model, _, configuration = key.partition(" decoding_step")
+        if not key.startswith(f"{model} decoding_step"):
+            continue
+        regular = decode.get(f"{model} compile_config{configuration}", {})
+        figures = {
+            "pristine_compile_config": _step_figures(regular.get("upstream")),
+            "fork_compile_config": _step_figures(regular.get("fork")),
+            "decoding_step": _step_figures(sides.get("fork")),
+            "handwritten": _step_figures(decode.get(f"{model} handwritten", {}).get("fork"))
+            if not configuration
+            else None,
+        }
+        figures["step_vs_pristine"] = _step_ratio(figures["decoding_step"], figures["pristine_compile_config"])
+        figures["step_vs_handwritten"] = _step_ratio(figures["decoding_step"], figures["handwritten"])
+        summary[f"{model} {configuration.strip() or 'greedy'}"] = figures
+    return summary
+
+
 # ---- aggregation ---------------------------------------------------------------------------------------------
 
 
@@ -311,6 +359,7 @@ def aggregate(runs: list[dict], meta: dict) -> dict:
             contradiction = describe_contradiction(model, decode)
             if contradiction:
                 warnings.append(contradiction)
+        results["decoding_step"] = decoding_step_summary(results["decode"])
     calls_first = _first_with(runs, "upstream", "calls")
     if calls_first:
         results["calls"] = {}
@@ -467,6 +516,29 @@ def _decode_rows(model: str, decode: dict) -> list[list]:
     return rows
 
 
+STEP_HEADER = [
+    "", "pristine CompileConfig()", "fork CompileConfig()", "fork step", "hand-written", "step / pristine",
+    "step / hand-written",
+]  # fmt: skip
+
+
+def _step_cell(figures: dict | None) -> str:
+    return "" if figures is None else f"{_fmt(figures['floor'])} ({_fmt(figures['median'])})"
+
+
+def _step_ratio_cell(ratio: dict | None) -> str:
+    if ratio is None:
+        return ""
+    low, high = ratio["range"]
+    return f"{_fmt(ratio['floor'])} ({_fmt(ratio['median'])} [{_fmt(low)}-{_fmt(high)}])"
+
+
+def _step_row(name: str, figures: dict) -> list:
+    times = ("pristine_compile_config", "fork_compile_config", "decoding_step", "handwritten")
+    ratios = ("step_vs_pristine", "step_vs_handwritten")
+    return [name, *(_step_cell(figures[key]) for key in times), *(_step_ratio_cell(figures[key]) for key in ratios)]
+
+
 def _runs_note(entry: dict) -> str:
     note = f"{entry['runs']}"
     extra = []
@@ -542,6 +614,17 @@ def table(results: dict) -> str:
                 "3. compile cost: the first generate call with a cold inductor cache, s, median [min-max] over the "
                 "cold compiles (one per tree unless --long); CPU time: of the process and the compilers it waited for",
                 COMPILE_HEADER,
+                rows,
+            )
+        )
+    if results.get("decoding_step"):
+        rows = [_step_row(name, figures) for name, figures in results["decoding_step"].items()]
+        parts.append(
+            _grid(
+                "7. the compiled decoding step (the fork's CompileConfig(decoding_step=True)), ms per token, floor "
+                "(median): pristine's and the fork's CompileConfig(), the step, the hand-written loop over the same "
+                "compiled forward (greedy); ratios by the floor (median [the range the runs allow])",
+                STEP_HEADER,
                 rows,
             )
         )

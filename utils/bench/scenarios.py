@@ -41,7 +41,7 @@ from transformers import (
     LlamaForCausalLM,
     SiglipVisionConfig,
 )
-from transformers.cache_utils import Cache, DynamicCache, QuantizedLayer
+from transformers.cache_utils import Cache, DynamicCache, QuantizedLayer, StaticCache
 
 
 VOCAB_SIZE = 128
@@ -73,6 +73,12 @@ IMAGE_TOKEN_ID, IMAGE_TOKENS = VOCAB_SIZE - 1, slice(LEFT_PADDING + 1, LEFT_PADD
 # `mode="reduce-overhead"`; on CPU only with `_compile_all_devices`), and the recipe of the docs (`torch.compile(
 # model.forward, mode="reduce-overhead", fullgraph=True)`, `dynamic=None`)
 DECODE_PATHS = ["compile_config", "recipe"]
+# The fork's compiled decoding step (`CompileConfig(decoding_step=True)`, generate's own compilation otherwise as
+# `compile_config`), timed beside `compile_config` in the greedy configuration and each of `DECODE_CONFIGS` (keys
+# `<model> decoding_step[ <configuration>]`, and `<model> compile_config <configuration>`), and a hand-written loop
+# over the same compiled forward as its floor (`<model> handwritten`). Not for Gemma 3 multimodal, whose own
+# `prepare_inputs_for_generation` keeps it in the regular loop.
+STEP_MODELS = ["gpt2", "llama", "gemma2"]
 # The decoding configurations users run, timed beside the greedy one with the same compiled forward: the model's
 # key in the results is `<model> <configuration>`. Each has an eos token, which `min_new_tokens` keeps from being
 # generated, so that the calls run to length: the min-length logits processors and the eos stopping criterion run
@@ -363,6 +369,11 @@ def _median(values):
     return statistics.median(values) if values else None
 
 
+def _scaled(seconds: float | None) -> float | None:
+    """Seconds in ms (None stays None)."""
+    return None if seconds is None else 1e3 * seconds
+
+
 def _sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -496,10 +507,14 @@ def _timed_generate(model, inputs: dict, device: str, config: GenerationConfig) 
     return time.perf_counter() - start, time.process_time() - cpu_start, start
 
 
-def decode_path(name: str, device: str, sizes: dict, path: str) -> dict:
-    """Greedy `generate` with a static cache, compiled along one of `DECODE_PATHS`, timed as in `decode` (a first call
+def decode_path(name: str, device: str, sizes: dict, path: str, decoding: str | None = None) -> dict:
+    """`generate` with a static cache, greedy or in one of `DECODE_CONFIGS` (`decoding`), compiled along one of
+    `DECODE_PATHS` or with the compiled decoding step (`path="decoding_step"`), timed as in `decode` (a first call
     that compiles, after a dynamo reset, one more to warm up, then `repeats` calls): the same keys as its greedy
-    entry, without the forward replayed alone, plus the first call's time and the graphs compiled."""
+    entry, without the forward replayed alone, plus the first call's time and the graphs compiled. With the decoding
+    step, the forwards timed are the prefill's only (the decoding steps run inside the step)."""
+    if path == "decoding_step" and "decoding_step" not in getattr(CompileConfig, "__dataclass_fields__", {}):
+        return {"status": "not in this tree: CompileConfig has no decoding_step"}
     torch._dynamo.reset()
     counters.clear()
     model = tiny_model(name, device)
@@ -507,10 +522,10 @@ def decode_path(name: str, device: str, sizes: dict, path: str) -> dict:
     if path == "recipe":
         timer = TimedForward(torch.compile(model.forward, mode="reduce-overhead", fullgraph=True), synchronize)
         model.forward = timer
-        config = generation_config(sizes["new_tokens"], static_cache=True)
+        config = generation_config(sizes["new_tokens"], static_cache=True, decoding=decoding)
     else:
-        config = generation_config(sizes["new_tokens"], static_cache=True, generate_compiles=True)
-        config.compile_config = CompileConfig()
+        config = generation_config(sizes["new_tokens"], static_cache=True, generate_compiles=True, decoding=decoding)
+        config.compile_config = CompileConfig(decoding_step=True) if path == "decoding_step" else CompileConfig()
         # generate compiles on CUDA-like devices only, unless told otherwise
         config.compile_config._compile_all_devices = True
         # Each forward of generate goes through the compiled call it gets from the model: timed from outside it
@@ -526,6 +541,67 @@ def decode_path(name: str, device: str, sizes: dict, path: str) -> dict:
     first, _, _ = run()
     result = summarize_runs(timed_runs(run, timer, sizes["new_tokens"], sizes["repeats"]), timer)
     return {"status": "ok", **result, "first_generate_s": first, "graphs": counters["stats"]["unique_graphs"]}
+
+
+def handwritten(name: str, device: str, sizes: dict) -> dict:
+    """The floor of a decoding step: a loop written by hand over the same forward, compiled as `CompileConfig()`
+    compiles it (`mode="reduce-overhead"`, `dynamic=None`), with a static cache: an eager prefill, then per token the
+    compiled forward, `argmax`, and in-place updates of the token, its position ids and the 2-D attention mask (as
+    long as the cache; the forward builds the 4-D masks from it). Timed as in `decode` (a first call that compiles,
+    one more to warm up, then `repeats` calls), each call greedy, exactly `new_tokens` tokens."""
+    torch._dynamo.reset()
+    counters.clear()
+    new_tokens = sizes["new_tokens"]
+    model = tiny_model(name, device)
+    inputs = model_inputs(name, device)
+    input_ids, prompt_mask = inputs["input_ids"], inputs["attention_mask"]
+    batch_size, length = input_ids.shape
+    max_length = length + new_tokens
+    timer = TimedForward(torch.compile(model.forward, mode="reduce-overhead"), device == "cuda")
+    eager = model.forward
+    cache = StaticCache(config=model.config, max_cache_len=max_length)
+
+    @torch.no_grad()
+    def loop():
+        cache.reset()
+        tokens = torch.zeros(batch_size, max_length, dtype=torch.long, device=device)
+        tokens[:, :length] = input_ids
+        mask = torch.zeros(batch_size, max_length, dtype=torch.long, device=device)
+        mask[:, :length] = prompt_mask
+        position_ids = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+        timer.forward = eager
+        logits = timer(input_ids=input_ids, attention_mask=prompt_mask, position_ids=position_ids, cache=cache).logits
+        token = logits[:, -1].argmax(-1, keepdim=True)
+        position = torch.tensor([length], device=device)
+        position_ids = position_ids[:, -1:] + 1
+        timer.forward = compiled
+        for _ in range(new_tokens - 1):
+            tokens.index_copy_(1, position, token)
+            mask.index_fill_(1, position, 1)
+            logits = timer(input_ids=token, attention_mask=mask, position_ids=position_ids, cache=cache).logits
+            token = logits[:, -1].argmax(-1, keepdim=True)
+            position.add_(1)
+            position_ids.add_(1)
+        tokens.index_copy_(1, position, token)
+        return tokens
+
+    compiled = timer.forward
+
+    def run():
+        _sync(device)
+        cpu_start = time.process_time()
+        start = time.perf_counter()
+        loop()
+        _sync(device)
+        return time.perf_counter() - start, time.process_time() - cpu_start, start
+
+    first, _, _ = run()
+    # The same tokens as greedy `generate` with the compiled forward: the floor does the same work
+    expected = tiny_model(name, device).generate(**inputs, generation_config=generation_config(new_tokens, True))
+    same_tokens = torch.equal(loop(), expected)
+    result = summarize_runs(timed_runs(run, timer, new_tokens, sizes["repeats"]), timer)
+    graphs = counters["stats"]["unique_graphs"]
+    return {"status": "ok", **result, "first_generate_s": first, "graphs": graphs, "same_tokens": same_tokens}
 
 
 def timed_runs(run, timer: TimedForward, new_tokens: int, repeats: int) -> list[dict]:
@@ -547,7 +623,8 @@ def timed_runs(run, timer: TimedForward, new_tokens: int, repeats: int) -> list[
                 "host_ms_per_token": 1e3 * (total - inside) / new_tokens,
                 "host_cpu_ms_per_token": 1e3 * (cpu_total - cpu_inside) / new_tokens,
                 "prefill_forward_ms": 1e3 * timer.calls[0][1],
-                "decode_forward_ms": 1e3 * _median([duration for _, duration in timer.calls[1:]]),
+                # None with the compiled decoding step, whose decoding forwards run inside it
+                "decode_forward_ms": _scaled(_median([duration for _, duration in timer.calls[1:]])),
                 "step_ms": [1e3 * (b - a) for a, b in zip(starts[1:], starts[2:])],
                 "step_cpu_ms": [1e3 * (b - a) for a, b in zip(cpu_starts[1:], cpu_starts[2:])],
                 "forward_calls": len(timer.calls),
@@ -561,7 +638,7 @@ def summarize_runs(runs: list[dict], timer: TimedForward) -> dict:
     """The medians over the timed calls, and the steps of the median call (the mask counts: the last call's)."""
     median_run = sorted(runs, key=lambda r: r["ms_per_token"])[len(runs) // 2]
     result = {
-        key: _median([r[key] for r in runs])
+        key: _median([r[key] for r in runs if r[key] is not None])
         for key in (
             "ms_per_token",
             "cpu_ms_per_token",
@@ -925,6 +1002,14 @@ def run_side(side: str, quick: bool, device: str, only: list[str] | None = None)
                 scenarios["decode"][f"{name} {config_name}"] = measured.get(config_name, measured)
             for path in DECODE_PATHS:
                 scenarios["decode"][f"{name} {path}"] = guarded(decode_path, name, device, sizes, path)
+            if name in STEP_MODELS:
+                for config_name in DECODE_CONFIGS:
+                    key = f"{name} compile_config {config_name}"
+                    scenarios["decode"][key] = guarded(decode_path, name, device, sizes, "compile_config", config_name)
+                for config_name in (None, *DECODE_CONFIGS):
+                    key = f"{name} decoding_step{f' {config_name}' if config_name else ''}"
+                    scenarios["decode"][key] = guarded(decode_path, name, device, sizes, "decoding_step", config_name)
+                scenarios["decode"][f"{name} handwritten"] = guarded(handwritten, name, device, sizes)
         timings["decode"] = time.perf_counter() - start
     if "calls" in selected:
         timed("calls", lambda: {name: guarded(calls, name, device, mode, sizes) for name in MODELS[size]})

@@ -66,6 +66,7 @@ def test_quick_mode_writes_table_json_and_plot(quick_run):
         "4. tracing",
         "5. GPT2",
         "6. consecutive",
+        "7. the compiled decoding step",
     )
     for section in sections:
         assert section in stdout
@@ -107,9 +108,22 @@ def test_quick_mode_json_schema(quick_run):
         assert raw["torch_threads"] == 1 and raw["inductor_cache_cold"] is True
 
     # 1 and 3: timings (medians, minimums and maximums over the runs) are numbers, the floors and ratios next to them
-    assert set(results["decode"]) == {"gpt2", "gpt2 eos", "gpt2 sampling", "gpt2 compile_config", "gpt2 recipe"}
+    steps = {"gpt2 decoding_step", "gpt2 decoding_step eos", "gpt2 decoding_step sampling"}
+    assert set(results["decode"]) == {
+        "gpt2", "gpt2 eos", "gpt2 sampling", "gpt2 compile_config", "gpt2 recipe", "gpt2 compile_config eos",
+        "gpt2 compile_config sampling", "gpt2 handwritten", *steps,
+    }  # fmt: skip
+    # the compiled decoding step: the fork's only (its decoding forwards run inside it: the prefill is the one timed)
+    for key in steps:
+        entry = results["decode"][key]
+        assert entry["upstream"]["status"].startswith("not in this tree"), entry["upstream"]
+        assert entry["fork"]["status"] == "ok" and entry["fork"]["forward_calls"] == 1, entry["fork"]
+    assert set(results["decoding_step"]) == {"gpt2 greedy", "gpt2 eos", "gpt2 sampling"}
+    for name, figures in results["decoding_step"].items():
+        assert isinstance(figures["step_vs_pristine"]["floor"], NUMBER), name
+    assert isinstance(results["decoding_step"]["gpt2 greedy"]["step_vs_handwritten"]["floor"], NUMBER)
     assert set(results["compile_cost"]) == {"gpt2"}  # the decoding configurations share the model's compile
-    for config_name in ("eos", "sampling", "compile_config", "recipe"):
+    for config_name in ("eos", "sampling", "compile_config", "recipe", "compile_config eos", "handwritten"):
         entry = results["decode"][f"gpt2 {config_name}"]
         for side in SIDES:
             assert entry[side]["status"] == "ok" and entry[side]["forward_calls"] == 8, (config_name, entry[side])
