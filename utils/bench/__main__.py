@@ -38,9 +38,10 @@ RERUNS_PER_RUN = 2  # a run is run again at most this many times after stalls
 # a tree's first run (a cold compile of every model along each compile path, then every scenario), a later run
 # (decode on a warm cache, and a rerun), with --long a run (cold compiles, decode, consecutive calls), with --quick a
 # run. The estimate multiplies them by (load + cores) / (2 cores) when that is above 1: with four models, their
-# decoding configurations and the three compile paths, `make bench` took 34 min 58 s from a load average of 0.8
-# (2026-12-03: first runs 540 and 417 s, later ones 55-150 s, 3 reruns of 81-149 s), where this gives 34 min 20 s.
-ESTIMATE_S = {"first": 480.0, "later": 100.0, "long": 480.0, "quick": 90.0}
+# decoding configurations, the three compile paths, and the compiled decoding step beside its hand-written floor,
+# `make bench` took 49 min 58 s from a load average of 1.1 (2026-12-03: first runs 594 and 669 s, later ones
+# 129-215 s, 3 reruns of about 100-120 s); `--quick`, about 3 min per run in `make test`.
+ESTIMATE_S = {"first": 630.0, "later": 150.0, "long": 630.0, "quick": 170.0}
 
 
 class BenchError(Exception):
@@ -68,6 +69,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--device", default="cpu", choices=["cpu", "cuda"], help='cuda: compile with mode="reduce-overhead"'
     )
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: bench-out/<timestamp>/)")
+    parser.add_argument(
+        "--reaggregate",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="runs nothing: rebuilds DIR's results.json, table and plot from its raw/ runs (after a fix to the report)",
+    )
     parser.add_argument(
         "--only",
         default=None,
@@ -337,8 +345,43 @@ def _left(
     return total
 
 
+def reaggregate(out: Path) -> int:
+    """`--reaggregate`: the aggregation of a finished run, again, from the same raw runs and metadata (its
+    `reaggregated` field says when); the measures are not touched."""
+    previous = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    results = []
+    for run in previous["runs"]:
+        result = json.loads((out / run["raw"]).read_text(encoding="utf-8"))
+        result.update(rep=run["rep"], rerun=run["rerun"], used=run["used"])
+        results.append(result)
+    keys = (
+        "created",
+        "command",
+        "quick",
+        "long",
+        "device",
+        "compile_mode",
+        "reps",
+        "threads",
+        "rerun_budget",
+        "order",
+    )
+    meta = {key: previous[key] for key in (*keys, "environment", "runs")}
+    meta["tree_src"] = {side: tree["src"] for side, tree in previous["trees"].items()}
+    aggregated = report.aggregate(results, meta)
+    aggregated["plot"] = "decode.png" if report.plot(aggregated, out / "decode.png") else None
+    aggregated["wall_s"] = previous["wall_s"]
+    aggregated["reaggregated"] = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    (out / "results.json").write_text(json.dumps(aggregated, indent=1) + "\n", encoding="utf-8")
+    print(report.table(aggregated))
+    print(f"bench: aggregated {out} again (results.json{', decode.png' if aggregated['plot'] else ''})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.reaggregate:
+        return reaggregate(args.reaggregate)
     started = time.perf_counter()
     cores, load = os.cpu_count() or 1, os.getloadavg()[0]
     what = "GPT2" if args.quick else "GPT2, Llama, Gemma 2 and Gemma 3 multimodal"
