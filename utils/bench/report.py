@@ -162,19 +162,17 @@ def floors(entries: list[dict]) -> dict:
     None where the calls were not cut into segments."""
     calls = [call for e in entries for call in e.get("timed_segments_ms") or []]
     shapes = {(len(call["forward"]), len(call["host"])) for call in calls}
-    # The new tokens of a call: its time over its time per token (a forward per token, but for the compiled decoding
-    # step, whose decoding forwards run inside it)
-    per_token = [
-        (call, ms)
-        for e in entries
-        for call, ms in zip(e.get("timed_segments_ms") or [], e.get("timed_ms_per_token") or [])
-    ]
     steps = [call for e in entries for call in e.get("timed_step_ms") or []]
     step_floor = [min(values) for values in zip(*steps)] if len({len(call) for call in steps}) == 1 else None
     if not calls or len(shapes) != 1:
         return {**dict.fromkeys((f"{key}_floor" for key in FLOOR_TIMES), None), "step_ms_floor": step_floor}
-    call, ms_per_token = per_token[0] if per_token else (calls[0], None)
-    tokens = round((sum(call["forward"]) + sum(call["host"])) / ms_per_token) if ms_per_token else len(call["forward"])
+    tokens = entries[0].get("new_tokens")
+    if tokens is None:
+        # Runs from before `new_tokens` was recorded: a forward per token, but for the compiled decoding step, whose
+        # one forward timed is the prefill (its decoding steps run inside it): its time over its time per token
+        call, per_token = calls[0], (entries[0].get("timed_ms_per_token") or [None])[0]
+        single = len(call["forward"]) == 1 and per_token
+        tokens = round((sum(call["forward"]) + sum(call["host"])) / per_token) if single else len(call["forward"])
     forward = sum(min(values) for values in zip(*(call["forward"] for call in calls)))
     host = sum(min(values) for values in zip(*(call["host"] for call in calls)))
     fastest = [e["forward_alone_fastest_ms"] for e in entries if _number(e.get("forward_alone_fastest_ms"))]

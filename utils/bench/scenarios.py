@@ -628,6 +628,7 @@ def timed_runs(run, timer: TimedForward, new_tokens: int, repeats: int) -> list[
                 "step_ms": [1e3 * (b - a) for a, b in zip(starts[1:], starts[2:])],
                 "step_cpu_ms": [1e3 * (b - a) for a, b in zip(cpu_starts[1:], cpu_starts[2:])],
                 "forward_calls": len(timer.calls),
+                "new_tokens": new_tokens,
                 "segments_ms": _segments(call_start, total, timer.calls),
             }
         )
@@ -656,6 +657,7 @@ def summarize_runs(runs: list[dict], timer: TimedForward) -> dict:
         timed_step_ms=[[round(step, 5) for step in r["step_ms"]] for r in runs],
         timed_segments_ms=[r["segments_ms"] for r in runs],
         forward_calls=median_run["forward_calls"],
+        new_tokens=median_run["new_tokens"],
         decode_mask_shapes=len(set(timer.mask_shapes[1:])),
         decode_mask_addresses=len(set(timer.mask_addresses[1:])),
     )
