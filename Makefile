@@ -6,6 +6,7 @@
 #   make bench      the main job: the fork against pristine upstream side by side (table, JSON, plot; utils/bench/README.md)
 #   make bench-quick    `make bench`, smaller (BENCH_ARGS adds options, e.g. BENCH_ARGS="--device cuda")
 #   make bench-long     `make bench` plus a cold compile in every run and the consecutive calls (much longer)
+#   make bench-guards   what dynamo's guard evaluation costs per token, pristine beside the fork (a few minutes)
 #   make bench-publish  the latest full bench-out/ run into docs/ and the README's generated figures (RUN=<folder> for another)
 #   make oracle     every causal-LM architecture as a tiny model, pristine vs the fork, tokens and scores compared
 #                   exactly, the sliding window families compiled past their window, and the case families
@@ -34,7 +35,7 @@ VPY := $(VENV)/bin/python
 FORK := PYTHONPATH=utils $(PYTHON) -m forktool
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install fork patches check rebase rebase-continue rebase-finish upstream-outlook bisect standalone test test-compile bench bench-long bench-quick bench-host-ab bench-publish oracle quality style clean
+.PHONY: install fork patches check rebase rebase-continue rebase-finish upstream-outlook bisect standalone test test-compile bench bench-long bench-quick bench-host-ab bench-guards bench-publish oracle quality style clean
 
 install: $(VENV)/.installed
 
@@ -94,6 +95,9 @@ bench-quick: install
 bench-host-ab: install
 	@test -n "$(AFTER)" || { echo "usage: make bench-host-ab AFTER=15,16,17 (patch counts; 0 is pristine)"; exit 2; }
 	PYTHONPATH=utils $(VPY) -m bench.host_ab --after $(AFTER) $(HOST_AB_ARGS)
+
+bench-guards: install
+	PYTHONPATH=utils $(VPY) -m bench.guards $(GUARDS_ARGS)
 
 bench-publish: install
 	PYTHONPATH=utils $(VPY) -m bench.publish $(RUN)

@@ -672,3 +672,22 @@ def test_host_ab_table_gives_each_tree_its_least_host_time_and_ratio_to_pristine
     ]
     with pytest.raises(SystemExit, match="patches, not 99"):
         host_ab.main(["--after", "99"])
+
+
+def test_guards_table_gives_each_tree_its_least_times_and_what_skipping_the_guards_saves():
+    from bench import guards
+
+    def run(guarded, skipped, step=None):
+        found = {"gpt2 compile_config": {"guards": guarded, "skipped": skipped}}
+        if step is not None:
+            found["gpt2 decoding_step"] = {"guards": step, "skipped": step - 100}
+        return found
+
+    results = {"pristine": [run(900, 800), run(950, 780)], "fork": [run(600, 500, 450), run(620, 480, 430)]}
+    assert guards.table(list(results), results).splitlines() == [
+        "| tree | entry | us per token | guards skipped | saved by skipping the guards |",
+        "|---|---|---|---|---|",
+        "| pristine | gpt2 compile_config | 900 | 780 | 120 |",
+        "| fork | gpt2 compile_config | 600 | 480 | 120 |",
+        "| fork | gpt2 decoding_step | 430 | 330 | 100 |",
+    ]
