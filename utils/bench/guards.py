@@ -18,7 +18,6 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 
 from forktool.common import ROOT
 
-from .trees import pristine_tree
+from .trees import pristine_tree, run_rounds, write_results
 
 
 NEW_TOKENS, FEW_TOKENS = 64, 8
@@ -114,28 +113,17 @@ def main(argv: list[str] | None = None) -> int:
     out = ROOT / "bench-out" / f"guards-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True)
     sources = {"pristine": pristine_tree() / "src", "fork": ROOT / "src"}
-    results: dict[str, list[dict]] = {name: [] for name in sources}
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        for round_ in range(args.rounds):
-            for index, (name, src) in enumerate(sources.items()):
-                raw = out / f"{name}-round{round_ + 1}.json"
-                env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), str(ROOT / "utils")]))
-                env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tmp) / f"inductor-tree{index}")  # warm after its first round
-                cmd = [sys.executable, "-m", "bench.guards", "--worker", "--json", str(raw)]
-                cmd += ["--models", args.models, "--calls", str(args.calls)]
-                subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
-                results[name].append(json.loads(raw.read_text(encoding="utf-8")))
-                print(f"round {round_ + 1}/{args.rounds}: {name}", flush=True)
+        worker_args = ["--models", args.models, "--calls", str(args.calls)]
+        results = run_rounds("bench.guards", sources, args.rounds, out, Path(tmp), worker_args)
     load = os.getloadavg()[0]
     text = (
         f"thread CPU us per token ({NEW_TOKENS} new tokens against {FEW_TOKENS}, least over {args.calls} calls x "
         f"{args.rounds} rounds), greedy, a StaticCache passed in, {os.cpu_count()} CPU cores, load average "
         f"{load:.1f} at the end, {time.perf_counter() - start:.0f} s\n\n{table(list(sources), results)}\n"
     )
-    (out / "table.md").write_text(text, encoding="utf-8")
-    (out / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    print(text + f"\nwritten to {out.relative_to(ROOT)}")
+    write_results(out, text, results)
     return 0
 
 

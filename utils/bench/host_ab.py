@@ -15,7 +15,6 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 from forktool.common import ROOT, fetch_sdist, read_series, read_upstream
 from forktool.materialize import build_tree
 
-from .trees import pristine_tree
+from .trees import pristine_tree, run_rounds, write_results
 
 
 NEW_TOKENS = 64
@@ -113,26 +112,15 @@ def main(argv: list[str] | None = None) -> int:
                 tree = Path(tmp) / f"after-{k}"
                 build_tree(tree, upstream, patches[:k], sdist)
                 sources[f"after {k} ({patches[k - 1].name[:4]})"] = tree / "src"
-        results: dict[str, list[dict]] = {name: [] for name in sources}
-        for round_ in range(args.rounds):
-            for index, (name, src) in enumerate(sources.items()):
-                raw = out / f"tree{index}-round{round_ + 1}.json"
-                env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), str(ROOT / "utils")]))
-                env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tmp) / f"inductor-tree{index}")  # warm after its first round
-                cmd = [sys.executable, "-m", "bench.host_ab", "--worker", "--json", str(raw)]
-                cmd += ["--after", "0", "--models", args.models, "--calls", str(args.calls)]
-                subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
-                results[name].append(json.loads(raw.read_text(encoding="utf-8")))
-                print(f"round {round_ + 1}/{args.rounds}: {name}", flush=True)
+        worker_args = ["--after", "0", "--models", args.models, "--calls", str(args.calls)]
+        results = run_rounds("bench.host_ab", sources, args.rounds, out, Path(tmp), worker_args)
     load = os.getloadavg()[0]
     text = (
         f"host us per token (generate minus its forwards, thread CPU time, least over {args.calls} calls x "
         f"{args.rounds} rounds), {NEW_TOKENS} new tokens, {os.cpu_count()} CPU cores, load average {load:.1f} at "
         f"the end\n\n{table(list(sources), results)}\n"
     )
-    (out / "table.md").write_text(text, encoding="utf-8")
-    (out / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    print(text + f"\nwritten to {out.relative_to(ROOT)}")
+    write_results(out, text, results)
     return 0
 
 

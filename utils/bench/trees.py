@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -46,3 +49,30 @@ def fork_tree(root: Path = ROOT) -> Path:
     if not (root / "src" / "transformers" / "__init__.py").is_file():
         raise FileNotFoundError(f"{root / 'src' / 'transformers'} is missing: run `make fork` (or `make install`)")
     return root
+
+
+def run_rounds(
+    module: str, sources: dict[str, Path], rounds: int, out: Path, tmp: Path, worker_args: list[str]
+) -> dict[str, list[dict]]:
+    """Runs `python -m <module> --worker --json <file> <worker_args>` once per tree of `sources` (name: its `src`) and
+    round, the trees alternating, each in its own process with that tree first on `PYTHONPATH` and an inductor cache
+    of its own under `tmp` (warm after its first round). Returns each run's JSON, per tree; the raw files stay in
+    `out`."""
+    results: dict[str, list[dict]] = {name: [] for name in sources}
+    for round_ in range(rounds):
+        for index, (name, src) in enumerate(sources.items()):
+            raw = out / f"tree{index}-round{round_ + 1}.json"
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), str(ROOT / "utils")]))
+            env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp / f"inductor-tree{index}")
+            cmd = [sys.executable, "-m", module, "--worker", "--json", str(raw), *worker_args]
+            subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
+            results[name].append(json.loads(raw.read_text(encoding="utf-8")))
+            print(f"round {round_ + 1}/{rounds}: {name}", flush=True)
+    return results
+
+
+def write_results(out: Path, text: str, results: dict[str, list[dict]]) -> None:
+    """`text` (the table and how it was measured) into `out/table.md` and on screen, the runs into `results.json`."""
+    (out / "table.md").write_text(text, encoding="utf-8")
+    (out / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    print(text + f"\nwritten to {out.relative_to(ROOT)}")
