@@ -209,9 +209,9 @@ def render_headline(results: dict) -> str:
         "(the `SymInt` row); the fork's takes none. With `dynamic=False`, past its window pristine compiles a graph "
         "per decoding step until dynamo's recompile limit and runs the later steps uncompiled (its forward alone is "
         "that uncompiled step); the fork compiles one. Generate's own compile runs the prefill eagerly, as upstream "
-        "does. The compiled decoding step is opt-in (patch 20); its decoding steps are not cut apart (one compiled "
-        "call each, not timed one by one), so its floor is its fastest whole decoding loop, which leans against it "
-        "beside the hand-written loop's floor of fastest steps: that row gives the ratio of the medians too. The compile's ratio, from one cold compile per tree unless "
+        "does. The compiled decoding step is opt-in (patch 20); its calls are cut at each compiled step as the "
+        "regular loop's are at each forward, so its floor is of the same kind as theirs; its row gives the ratio of "
+        "the medians too. The compile's ratio, from one cold compile per tree unless "
         f"`make bench-long`, moves by several percent from run to run: the goals give it a verdict only from "
         f"{VERDICT_COMPILES} cold compiles per tree or more, whose ranges do not overlap. No GPU figure exists yet: `--device cuda` has "
         "not been run on a GPU.",

@@ -512,7 +512,8 @@ def decode_path(name: str, device: str, sizes: dict, path: str, decoding: str | 
     `DECODE_PATHS` or with the compiled decoding step (`path="decoding_step"`), timed as in `decode` (a first call
     that compiles, after a dynamo reset, one more to warm up, then `repeats` calls): the same keys as its greedy
     entry, without the forward replayed alone, plus the first call's time and the graphs compiled. With the decoding
-    step, the forwards timed are the prefill's only (the decoding steps run inside the step)."""
+    step, the calls timed are the prefill's forward and each compiled step (its forward and the rest of its work):
+    its calls are cut into segments at its steps as the regular loop's are at its forwards."""
     if path == "decoding_step" and "decoding_step" not in getattr(CompileConfig, "__dataclass_fields__", {}):
         return {"status": "not in this tree: CompileConfig has no decoding_step"}
     torch._dynamo.reset()
@@ -537,6 +538,22 @@ def decode_path(name: str, device: str, sizes: dict, path: str, decoding: str | 
             return timer
 
         model.get_compiled_call = timed_compiled_call
+        if path == "decoding_step":
+            compiled_step = model._get_compiled_decoding_step
+
+            def timed_compiled_step(compile_config):
+                step = compiled_step(compile_config)
+
+                def timed_step(*args, **kwargs):
+                    # (model, model_inputs, ...): `timer` records the masks of the step's inputs as a forward's
+                    started = timer.begin((), args[1])
+                    output = step(*args, **kwargs)
+                    timer.end(started)
+                    return output
+
+                return timed_step
+
+            model._get_compiled_decoding_step = timed_compiled_step
     run = functools.partial(_timed_generate, model, model_inputs(name, device), device, config)
     first, _, _ = run()
     result = summarize_runs(timed_runs(run, timer, sizes["new_tokens"], sizes["repeats"]), timer)

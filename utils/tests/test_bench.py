@@ -113,11 +113,12 @@ def test_quick_mode_json_schema(quick_run):
         "gpt2", "gpt2 eos", "gpt2 sampling", "gpt2 compile_config", "gpt2 recipe", "gpt2 compile_config eos",
         "gpt2 compile_config sampling", "gpt2 handwritten", *steps,
     }  # fmt: skip
-    # the compiled decoding step: the fork's only (its decoding forwards run inside it: the prefill is the one timed)
+    # the compiled decoding step: the fork's only, its calls cut at the prefill's forward and at each step
     for key in steps:
         entry = results["decode"][key]
         assert entry["upstream"]["status"].startswith("not in this tree"), entry["upstream"]
-        assert entry["fork"]["status"] == "ok" and entry["fork"]["forward_calls"] == 1, entry["fork"]
+        assert entry["fork"]["status"] == "ok" and entry["fork"]["forward_calls"] == 8, entry["fork"]
+        assert isinstance(entry["fork"]["host_ms_per_token_floor"], NUMBER), key
     assert set(results["decoding_step"]) == {"gpt2 greedy", "gpt2 eos", "gpt2 sampling"}
     for name, figures in results["decoding_step"].items():
         assert isinstance(figures["step_vs_pristine"]["floor"], NUMBER), name
