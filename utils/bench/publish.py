@@ -465,9 +465,10 @@ def render_readme(text: str, results: dict) -> str:
 
 
 def latest_run(root: Path = ROOT) -> Path:
-    """The latest full run (not --quick) under bench-out/."""
+    """The latest full run (not --quick) of `make bench` under bench-out/ (not `make bench-guards`' or `bench-host-ab`'s)."""
     for results in sorted((root / "bench-out").glob("*/results.json"), reverse=True):
-        if not json.loads(results.read_text(encoding="utf-8")).get("quick"):
+        found = json.loads(results.read_text(encoding="utf-8"))
+        if "schema_version" in found and not found.get("quick"):
             return results.parent
     raise PublishError(f"no full run with a results.json under {root / 'bench-out'}: run `make bench` first")
 

@@ -592,6 +592,9 @@ def test_publish_writes_docs_and_the_readme_blocks(tmp_path):
     quick = tmp_path / "bench-out" / "20261201-110000"  # later, but --quick: not published
     quick.mkdir()
     (quick / "results.json").write_text(json.dumps({**results, "quick": True}), encoding="utf-8")
+    guards = tmp_path / "bench-out" / "guards-20261201-120000"  # sorted after the runs, another table: not published
+    guards.mkdir()
+    (guards / "results.json").write_text(json.dumps({"trees": {}}), encoding="utf-8")
     assert publish.latest_run(tmp_path) == run
     written = publish.publish(run, tmp_path)
     assert {path.relative_to(tmp_path).as_posix() for path in written} == {
