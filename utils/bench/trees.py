@@ -65,7 +65,9 @@ def run_rounds(
             env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), str(ROOT / "utils")]))
             env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp / f"inductor-tree{index}")
             cmd = [sys.executable, "-m", module, "--worker", "--json", str(raw), *worker_args]
-            subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if done.returncode:
+                raise RuntimeError(f"{module} on {name}, round {round_ + 1}, failed:\n{done.stderr[-4000:]}")
             results[name].append(json.loads(raw.read_text(encoding="utf-8")))
             print(f"round {round_ + 1}/{rounds}: {name}", flush=True)
     return results

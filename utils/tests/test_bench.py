@@ -681,17 +681,43 @@ def test_host_ab_table_gives_each_tree_its_least_host_time_and_ratio_to_pristine
 def test_guards_table_gives_each_tree_its_least_times_and_what_skipping_the_guards_saves():
     from bench import guards
 
-    def run(guarded, skipped, step=None):
-        found = {"gpt2 compile_config": {"guards": guarded, "skipped": skipped}}
+    def run(guarded, skipped, step=None, evaluation_us=90):
+        evaluation = {"evaluated_guards": 500, "evaluation_us": evaluation_us, "config_reads": 13}
+        found = {"gpt2 compile_config": {"guards": guarded, "skipped": skipped, **evaluation}}
         if step is not None:
             found["gpt2 decoding_step"] = {"guards": step, "skipped": step - 100}
         return found
 
-    results = {"pristine": [run(900, 800), run(950, 780)], "fork": [run(600, 500, 450), run(620, 480, 430)]}
+    results = {
+        "pristine": [run(900, 800), run(950, 780, evaluation_us=80)],
+        "fork": [run(600, 500, 450), run(620, 480, 430)],
+    }
     assert guards.table(list(results), results).splitlines() == [
-        "| tree | entry | us per token | guards skipped | saved by skipping the guards |",
-        "|---|---|---|---|---|",
-        "| pristine | gpt2 compile_config | 900 | 780 | 120 |",
-        "| fork | gpt2 compile_config | 600 | 480 | 120 |",
-        "| fork | gpt2 decoding_step | 430 | 330 | 100 |",
+        "| tree | entry | us per token | guards skipped | saved by skipping the guards "
+        "| one evaluation of the guards: guards / us / config reads |",
+        "|---|---|---|---|---|---|",
+        "| pristine | gpt2 compile_config | 900 | 780 | 120 | 500 / 80 / 13 |",
+        "| fork | gpt2 compile_config | 600 | 480 | 120 | 500 / 90 / 13 |",
+        "| fork | gpt2 decoding_step | 430 | 330 | 100 | - |",
     ]
+
+
+def test_guard_evaluation_counts_the_guards_and_the_config_reads_among_them():
+    import torch
+    from bench import guards
+
+    from transformers import GPT2Config
+
+    def step(config, x):
+        return x * config.layer_norm_epsilon if config.return_dict else x
+
+    config = GPT2Config()
+    compiled = torch.compile(step, backend="eager", fullgraph=True)
+    with torch.no_grad():  # as `generate` runs, and the evaluation with it
+        compiled(config, torch.ones(2))
+    found = guards.guard_evaluation(step.__code__, {"config": config, "x": torch.ones(2)}, evaluations=10)
+    assert found["evaluated_guards"] > 2
+    assert found["config_reads"] == 2  # `layer_norm_epsilon` and `return_dict`, read again at each call
+    assert found["evaluation_us"] > 0
+    with pytest.raises(RuntimeError, match="no compiled entry of step accepts"):
+        guards.guard_evaluation(step.__code__, {"config": config, "x": torch.ones(3, 3)}, evaluations=10)
