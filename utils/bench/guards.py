@@ -164,8 +164,8 @@ def _record_last_call(model, path: str) -> list:
 
 
 def table(trees: list[str], results: dict[str, list[dict]]) -> str:
-    """Per tree and entry: the least us per token with the guards and with them skipped, over the rounds, and the
-    difference."""
+    """Per tree and entry: the least us per token with the guards and with them skipped, over the rounds, their
+    difference, and the round's evaluation of the guards that took least (`-` where there is none)."""
     keys = list(dict.fromkeys(key for tree in trees for run in results[tree] for key in run))
     lines = [
         "| tree | entry | us per token | guards skipped | saved by skipping the guards "
