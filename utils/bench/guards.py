@@ -34,6 +34,8 @@ from .trees import pristine_tree, run_rounds, write_results
 
 NEW_TOKENS, FEW_TOKENS = 64, 8
 PATHS = ("compile_config", "decoding_step")
+# The method of the model that gives the function `generate` compiles for each decoding step, per path
+COMPILED_BY = {"compile_config": "get_compiled_call", "decoding_step": "_get_compiled_decoding_step"}
 
 
 def guard_evaluation(code, f_locals: dict, evaluations: int = 2000) -> dict:
@@ -121,6 +123,8 @@ def worker(models: list[str], calls: int) -> dict:
                 if not torch.equal(outputs["guards", NEW_TOKENS], outputs["skipped", NEW_TOKENS]):
                     raise RuntimeError(f"{name} {path}: other tokens with the guards skipped")
             found[f"{name} {path}"] = {key: min(values) for key, values in per_token.items()}
+            run(FEW_TOKENS)  # the last call, its guards evaluated: the inputs the evaluation below takes
+            delattr(model, COMPILED_BY[path])
             args, kwargs = last_call
             if path == "decoding_step":
                 from transformers.generation.decoding_step import _decoding_step as function
@@ -136,6 +140,7 @@ def _frame_locals(function, args: tuple, kwargs: dict) -> dict:
     """The locals of `function`'s frame as it starts on `args` and `kwargs`: its arguments and its closure's."""
     # The signature of the code itself, not the one a wrapper declares (`__wrapped__`, `__signature__`)
     code_only = types.FunctionType(function.__code__, {}, None, function.__defaults__, function.__closure__)
+    code_only.__kwdefaults__ = function.__kwdefaults__
     bound = inspect.signature(code_only).bind(*args, **kwargs)
     bound.apply_defaults()  # `*args` and `**kwargs` too, empty
     f_locals = dict(bound.arguments)
@@ -147,7 +152,7 @@ def _frame_locals(function, args: tuple, kwargs: dict) -> dict:
 def _record_last_call(model, path: str) -> list:
     """A list that holds the arguments of the last call of the function `generate` compiles for `path`."""
     last_call = [(), {}]
-    method = "_get_compiled_decoding_step" if path == "decoding_step" else "get_compiled_call"
+    method = COMPILED_BY[path]
     get_compiled = getattr(type(model), method)
 
     def recording(compile_config):
@@ -159,7 +164,7 @@ def _record_last_call(model, path: str) -> list:
 
         return call
 
-    setattr(model, method, recording)
+    setattr(model, method, recording)  # until the caller deletes it
     return last_call
 
 

@@ -702,6 +702,39 @@ def test_guards_table_gives_each_tree_its_least_times_and_what_skipping_the_guar
     ]
 
 
+def test_a_failing_worker_stops_the_rounds_with_its_error(tmp_path):
+    from bench import trees
+
+    with pytest.raises(RuntimeError, match="(?s)bench.no_such_worker on fork, round 1, failed:.*No module named"):
+        trees.run_rounds("bench.no_such_worker", {"fork": tmp_path}, 1, tmp_path, tmp_path, [])
+
+
+def test_frame_locals_are_the_arguments_of_the_code_and_its_closure():
+    import functools
+
+    from bench import guards
+
+    def decorate(func):
+        @functools.wraps(func)  # its signature is `func`'s for `inspect`; the frame's is `(self, *args, **kwargs)`
+        def wrapper(self, *args, flag=True, **kwargs):
+            return func(self, *args, **kwargs)
+
+        return wrapper
+
+    @decorate
+    def forward(self, input_ids, mask=None):
+        return input_ids
+
+    f_locals = guards._frame_locals(forward, ("model", 1), {"mask": 2})
+    assert f_locals == {
+        "self": "model",
+        "args": (1,),
+        "flag": True,
+        "kwargs": {"mask": 2},
+        "func": forward.__wrapped__,
+    }
+
+
 def test_guard_evaluation_counts_the_guards_and_the_config_reads_among_them():
     import torch
     from bench import guards
