@@ -42,7 +42,8 @@ def guard_evaluation(code, f_locals: dict, evaluations: int = 2000) -> dict:
     """
     One evaluation of the guards of `code`'s compiled entry that accepts `f_locals` (the frame's arguments by name),
     as `generate` runs it (without gradients): the guards it runs, the least thread CPU time of an evaluation (us) over
-    5 x `evaluations`, and the calls of `PreTrainedConfig.__getattribute__` in one (each a config value read again).
+    5 x `evaluations`, and the calls of `PreTrainedConfig.__getattribute__` in one that no other call of it made
+    (cProfile's primitive calls: each a config value read again).
     """
     import cProfile
     import pstats
