@@ -41,7 +41,7 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: setup.py pyproject.toml requirements-dev.txt patches/UPSTREAM patches/series $(wildcard patches/*.patch)
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -e .
+	$(VPY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -e ".[torch]"
 	touch $@
 
 fork:

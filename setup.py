@@ -2,7 +2,7 @@
 
 The package is `src/transformers`, a link into the work tree `.fork/`; it is built from the pinned sdist and
 the patch series first whenever it is absent or out of date (see `utils/forktool/materialize.py`). The
-version is upstream's with a local tag naming the series, `5.23.0+fork.<patches>.g<digest>`, and the
+version is upstream's with a local tag naming the series, `<version>+fork.<patches>.g<digest>` (e.g. `5.25.0+fork.20.g1a2b3c4d`), and the
 dependencies, extras and entry points are read from the sdist's own metadata, not retyped here.
 """
 
@@ -22,29 +22,14 @@ from forktool.common import read_series, read_upstream  # noqa: E402
 from forktool.materialize import materialize, series_stamp  # noqa: E402
 
 
-# Requirements of the pinned release that the fork does not install with it, because the package index these machines
-# reach does not have the versions required, and why that is safe: upstream's code treats each one as optional. The
-# extras that name them keep them.
-NOT_INSTALLED = {
-    # transformers 5.25.0 requires kernels>=0.19.1,<0.20 (the index has 0.17.2 at most). It imports the package only
-    # behind `is_kernels_available()`, which also checks that version range, and uses PyTorch's own code without it.
-    "kernels": "imported only behind `transformers.utils.is_kernels_available()`",
-}
-
-
-def requirement_name(requirement):
-    return re.split(r"[\s<>=!~\[;(]", requirement.strip(), maxsplit=1)[0].lower()
-
-
 def split_requirements(metadata):
-    """`Requires-Dist` entries -> (install_requires, extras_require), without the `NOT_INSTALLED` ones."""
+    """`Requires-Dist` entries -> (install_requires, extras_require), as the sdist declares them."""
     install_requires, extras = [], {}
     for requirement in metadata.get_all("Requires-Dist") or []:
         spec, _, marker = (part.strip() for part in requirement.partition(";"))
         extra = re.search(r"""extra\s*==\s*["']([^"']+)["']""", marker)
         if extra is None:
-            if requirement_name(spec) not in NOT_INSTALLED:
-                install_requires.append(requirement)
+            install_requires.append(requirement)
             continue
         rest = marker.replace(extra.group(0), "").strip()
         rest = re.sub(r"^(and\s+)|(\s+and)$", "", rest).strip()
