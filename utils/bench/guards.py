@@ -2,7 +2,7 @@
 
 In one process per tree and round, times `generate` with a `StaticCache` passed in (its length fixed, so that each
 compiled function has one graph) and generate's own compile (`CompileConfig()`, and on the fork
-`CompileConfig(decoding_step=True)` too), on the benchmark's tiny models, greedy, one torch thread: each call once as
+`compile_decoding_step=True` too), on the benchmark's tiny models, greedy, one torch thread: each call once as
 it runs and once under `torch.compiler.set_stance("default", skip_guard_eval_unsafe=True)`, after warm-up calls that
 compile every graph both need. A token's time is the difference between a call of `NEW_TOKENS` tokens and one of
 `FEW_TOKENS`, divided by the tokens between them, in thread CPU time (a descheduled process accrues none); each
@@ -82,25 +82,26 @@ def worker(models: list[str], calls: int) -> dict:
     evaluated and skipped."""
     import torch
 
-    from transformers import CompileConfig, StaticCache
+    from transformers import CompileConfig, GenerationConfig, StaticCache
 
     from . import scenarios
 
     torch.set_num_threads(1)
-    has_step = "decoding_step" in getattr(CompileConfig, "__dataclass_fields__", {})
+    has_step = hasattr(GenerationConfig(), "compile_decoding_step")
     found = {}
     for name in models:
         model = scenarios.tiny_model(name, "cpu")
         input_ids, mask = scenarios.prompt("cpu")
         cache = StaticCache(config=model.config, max_cache_len=input_ids.shape[1] + NEW_TOKENS)
         for path in PATHS if has_step else PATHS[:1]:
-            compile_config = CompileConfig(decoding_step=True) if path == "decoding_step" else CompileConfig()
+            compile_config = CompileConfig()
             compile_config._compile_all_devices = True  # generate compiles on CUDA-like devices only otherwise
             last_call = _record_last_call(model, path)
 
             def run(new_tokens, compile_config=compile_config):
                 config = scenarios.generation_config(new_tokens, static_cache=False, generate_compiles=True)
                 config.compile_config = compile_config
+                config.compile_decoding_step = path == "decoding_step"
                 cache.reset()
                 start = time.thread_time()
                 out = model.generate(input_ids, attention_mask=mask, generation_config=config, cache=cache)

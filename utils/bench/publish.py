@@ -151,7 +151,7 @@ def render_headline(results: dict) -> str:
 
     for config_name, label in STEP_LABELS.items():
         row(
-            f"time per token, the fork's compiled decoding step (`CompileConfig(decoding_step=True)`) against "
+            f"time per token, the fork's compiled decoding step (`compile_decoding_step=True`) against "
             f"pristine's `CompileConfig()`, {label}",
             [step(f"{m} {config_name}", "step_vs_pristine", "pristine_compile_config") for m in models],
         )

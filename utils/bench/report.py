@@ -248,7 +248,7 @@ def _step_ratio(numerator: dict | None, denominator: dict | None) -> dict | None
 
 
 def decoding_step_summary(decode: dict) -> dict:
-    """Per `<model> decoding_step[ <configuration>]` entry (the fork's `CompileConfig(decoding_step=True)`): ms per
+    """Per `<model> decoding_step[ <configuration>]` entry (the fork's `compile_decoding_step=True`): ms per
     token of pristine's `CompileConfig()` in the same configuration, of the fork's, of the compiled step, and in the
     greedy one of the hand-written loop over the same compiled forward (the fork's), with the ratios step / pristine's
     `CompileConfig()` and step / hand-written loop (see `_step_ratio`)."""
@@ -627,7 +627,7 @@ def table(results: dict) -> str:
         rows = [_step_row(name, figures) for name, figures in results["decoding_step"].items()]
         parts.append(
             _grid(
-                "7. the compiled decoding step (the fork's CompileConfig(decoding_step=True)), ms per token, floor "
+                "7. the compiled decoding step (the fork's compile_decoding_step=True), ms per token, floor "
                 "(median): pristine's and the fork's CompileConfig(), the step, the hand-written loop over the same "
                 "compiled forward (greedy); ratios by the floor (median [the range the runs allow])",
                 STEP_HEADER,

@@ -73,7 +73,7 @@ IMAGE_TOKEN_ID, IMAGE_TOKENS = VOCAB_SIZE - 1, slice(LEFT_PADDING + 1, LEFT_PADD
 # `mode="reduce-overhead"`; on CPU only with `_compile_all_devices`), and the recipe of the docs (`torch.compile(
 # model.forward, mode="reduce-overhead", fullgraph=True)`, `dynamic=None`)
 DECODE_PATHS = ["compile_config", "recipe"]
-# The fork's compiled decoding step (`CompileConfig(decoding_step=True)`, generate's own compilation otherwise as
+# The fork's compiled decoding step (`compile_decoding_step=True`, generate's own compilation otherwise as
 # `compile_config`), timed beside `compile_config` in the greedy configuration and each of `DECODE_CONFIGS` (keys
 # `<model> decoding_step[ <configuration>]`, and `<model> compile_config <configuration>`), and a hand-written loop
 # over the same compiled forward as its floor (`<model> handwritten`). Not for Gemma 3 multimodal, whose own
@@ -514,8 +514,8 @@ def decode_path(name: str, device: str, sizes: dict, path: str, decoding: str | 
     entry, without the forward replayed alone, plus the first call's time and the graphs compiled. With the decoding
     step, the calls timed are the prefill's forward and each compiled step (its forward and the rest of its work):
     its calls are cut into segments at its steps as the regular loop's are at its forwards."""
-    if path == "decoding_step" and "decoding_step" not in getattr(CompileConfig, "__dataclass_fields__", {}):
-        return {"status": "not in this tree: CompileConfig has no decoding_step"}
+    if path == "decoding_step" and not hasattr(GenerationConfig(), "compile_decoding_step"):
+        return {"status": "not in this tree: GenerationConfig has no compile_decoding_step"}
     torch._dynamo.reset()
     counters.clear()
     model = tiny_model(name, device)
@@ -526,7 +526,8 @@ def decode_path(name: str, device: str, sizes: dict, path: str, decoding: str | 
         config = generation_config(sizes["new_tokens"], static_cache=True, decoding=decoding)
     else:
         config = generation_config(sizes["new_tokens"], static_cache=True, generate_compiles=True, decoding=decoding)
-        config.compile_config = CompileConfig(decoding_step=True) if path == "decoding_step" else CompileConfig()
+        config.compile_config = CompileConfig()
+        config.compile_decoding_step = path == "decoding_step"
         # generate compiles on CUDA-like devices only, unless told otherwise
         config.compile_config._compile_all_devices = True
         # Each forward of generate goes through the compiled call it gets from the model: timed from outside it

@@ -1,6 +1,6 @@
 """Every model family with a sliding window or chunked layer decodes past its window with one compiled graph.
 
-The matrix behind the focused tests of the static sliding window and static decoding mask patches: each family of the
+The matrix behind the focused tests of the static sliding window patch: each family of the
 causal-LM mapping whose tiny model, with its window shrunk to 4 tokens, has a static sliding window layer, generates 12
 tokens (three windows) with a static cache and its forward compiled by a counting backend (`oracle.sliding`, on the
 fork).
@@ -57,8 +57,3 @@ def test_one_decoding_graph_past_the_window(model_type):
     assert default["graphs"] == [graphs]
     assert default["symint_inputs"] == [0] * graphs
     _assert_same_generation(default["runs"][0], reference)
-
-    # One mask tensor per layer type over the decoding steps (Doge, Gemma 3 and Gemma 4 declare that theirs are the
-    # generic ones at those steps)
-    mask_tensors = static_shapes["runs"][0]["mask_tensors"]
-    assert set(mask_tensors.values()) == {1}, mask_tensors
