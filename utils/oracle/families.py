@@ -13,12 +13,17 @@ compared):
   ahead of time for batch 2 (as `Cache.early_initialization` does), then a batch operation or none, then updated with
   batch 6; the indexer calls too for layers that have them; the returned tensors.
 - `inconsistent_masks`: `generate` (Llama, GPT2; eager and sdpa; static and dynamic cache) with a 2-D mask longer
-  and shorter than the prompt and one with a zero in the middle (referenced by the prompt without that token); the
-  new tokens and scores.
+  and shorter than the prompt and one with a zero in the middle (referenced by the prompt without that token), and
+  with a longer mask with a left-padded row in every attention implementation (eager, sdpa, flex), not compiled, with
+  `generate`'s own compile of the forward and with the fork's compiled decoding step; the new tokens and scores.
 - `memory`: the bytes of tensors reachable from the model after `generate` with a static cache returns (besides its
   parameters and buffers, the output dropped, after `gc.collect()`), with the forward as is, replaced by a
   `functools.wraps` wrapper (as `torch.compile(model.forward)` does) and after `model.compile()` (eager backend); and
   whether the cache is still alive then, and after `del model` without `gc.collect()`.
+- `kept_inputs`: the position ids and masks a forward pre-hook keeps at each decoding step, read after `generate`
+  (Llama, GPT2; eager and sdpa; static and dynamic cache; not compiled, `generate`'s own compile of the forward and
+  the fork's compiled decoding step), and a `MaxLengthCriteria` subclass passed in that stops before `max_length`:
+  the lengths it was called at, and the sequences.
 - `hooks`: calls of wrappers patched onto `GenerationMixin.prepare_inputs_for_generation`,
   `GenerationMixin._update_model_kwargs_for_generation` and the model class's `prepare_inputs_for_generation` over a
   10-token `generate`, static and dynamic cache.
@@ -314,18 +319,31 @@ def cache_layers(models: set | None = None) -> tuple[dict, list]:
 # --- generate with masks that do not fit the prompt ---
 
 GENERATE = {"max_new_tokens": 4, "do_sample": False, "eos_token_id": None, "pad_token_id": 0}
+# How `generate` runs the decoding steps: eagerly, with its own compile of the forward (`CompileConfig`, eager
+# backend), and with the fork's compiled decoding step (`compile_decoding_step`, which pristine does not know: its
+# generation config holds the attribute, unread, and pristine runs its own compile)
+COMPILE_PATHS = ("not compiled", "compiled forward", "compiled step")
+
+
+def generation_config(compile_path: str = "not compiled", **kwargs) -> transformers.GenerationConfig:
+    config = transformers.GenerationConfig(**{**GENERATE, **kwargs})
+    if compile_path != "not compiled":
+        config.compile_config = transformers.CompileConfig(backend="eager", mode=None)
+        config.compile_config._compile_all_devices = True
+        config.compile_decoding_step = compile_path == "compiled step"
+    return config
 
 
 @torch.no_grad()
-def new_tokens_and_scores(model, ids, mask, cache: str, **kwargs) -> dict:
+def new_tokens_and_scores(model, ids, mask, cache: str, compile_path: str = "not compiled", **kwargs) -> dict:
+    torch._dynamo.reset()
     out = model.generate(
         ids,
         attention_mask=mask,
+        generation_config=generation_config(compile_path, **kwargs),
         cache_implementation="static" if cache == "static" else None,
         output_scores=True,
         return_dict_in_generate=True,
-        **GENERATE,
-        **kwargs,
     )
     return {"new tokens": out.sequences[:, ids.shape[1] :].clone(), "scores": torch.stack(out.scores).clone()}
 
@@ -352,6 +370,99 @@ def inconsistent_masks(models: set | None = None) -> tuple[dict, list]:
                 for name, (mask, references) in masks.items():
                     run = case(new_tokens_and_scores, model, ids, mask, cache)
                     cases[f"{prefix}/{name}"] = {**run, "references": references}
+    # A 2-D mask longer than the prompt, one row left-padded, 8 new tokens: every attention implementation, every way
+    # of compiling
+    left_padded = torch.ones(2, 7, dtype=torch.long)
+    left_padded[0, :2] = 0
+    for model_type in chosen(("llama", "gpt2"), models):
+        for attn in ("eager", "sdpa", "flex_attention"):
+            built = case(tiny_model, model_type, attn)
+            if "value" not in built:
+                cases[f"{model_type}/{attn}/the model"] = built
+                continue
+            model = built["value"]
+            for cache in ("static", "dynamic"):
+                for compile_path in COMPILE_PATHS if cache == "static" else COMPILE_PATHS[:1]:
+                    name = f"{model_type}/{attn}/{cache}/{compile_path}/2-D mask of 7 columns left-padded, 5 tokens"
+                    cases[name] = case(
+                        new_tokens_and_scores, model, ids, left_padded, cache, compile_path, max_new_tokens=8
+                    )
+    return cases, []
+
+
+# --- what a forward hook keeps of the inputs, and a length limit of one's own ---
+
+
+@torch.no_grad()
+def kept_by_a_hook(model_type: str, attn: str, cache: str, compile_path: str) -> dict:
+    """The position ids and masks a forward pre-hook keeps (the tensors, not copies) at each step, read after
+    `generate` returns: what was handed to the forward must still hold what it held then."""
+    torch._dynamo.reset()
+    model = tiny_model(model_type, attn)
+    kept = []
+
+    def keep(module, args, kwargs):
+        masks = kwargs.get("attention_mask")
+        masks = masks if isinstance(masks, dict) else {"mask": masks}
+        kept.append({"position_ids": kwargs.get("position_ids"), **masks})
+
+    hook = model.register_forward_pre_hook(keep, with_kwargs=True)
+    ids = torch.randint(3, 99, (2, 5), generator=torch.Generator().manual_seed(5))
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0
+    model.generate(
+        ids,
+        attention_mask=mask,
+        generation_config=generation_config(compile_path, max_new_tokens=6),
+        cache_implementation="static" if cache == "static" else None,
+    )
+    hook.remove()
+    return [
+        {name: tensor.clone() for name, tensor in step.items() if isinstance(tensor, torch.Tensor)} for step in kept
+    ]
+
+
+@torch.no_grad()
+def length_limit_of_ones_own(model_type: str, compile_path: str) -> dict:
+    """A `MaxLengthCriteria` subclass passed in, overriding `__call__` to stop at 8 tokens (`max_length` is 20): the
+    lengths it was called at, and the sequences."""
+    torch._dynamo.reset()
+
+    class StopAtEight(transformers.MaxLengthCriteria):
+        def __init__(self):
+            super().__init__(max_length=20)
+            self.lengths = []
+
+        def __call__(self, input_ids, scores, **kwargs):
+            self.lengths.append(input_ids.shape[1])
+            return torch.full((input_ids.shape[0],), input_ids.shape[1] >= 8, dtype=torch.bool)
+
+    model = tiny_model(model_type)
+    criterion = StopAtEight()
+    ids = torch.randint(3, 99, (2, 5), generator=torch.Generator().manual_seed(5))
+    out = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        generation_config=generation_config(compile_path, max_new_tokens=15),
+        cache_implementation="static",
+        stopping_criteria=transformers.StoppingCriteriaList([criterion]),
+    )
+    return {"lengths": criterion.lengths, "sequences": out.clone()}
+
+
+def kept_inputs(models: set | None = None) -> tuple[dict, list]:
+    cases = {}
+    for model_type in chosen(("llama", "gpt2"), models):
+        for attn in ("eager", "sdpa"):
+            for cache in ("static", "dynamic"):
+                for compile_path in COMPILE_PATHS if cache == "static" else COMPILE_PATHS[:1]:
+                    cases[f"{model_type}/{attn}/{cache}/{compile_path}/kept by a forward pre-hook"] = case(
+                        kept_by_a_hook, model_type, attn, cache, compile_path
+                    )
+        for compile_path in COMPILE_PATHS:
+            cases[f"{model_type}/static/{compile_path}/a MaxLengthCriteria subclass stopping at 8"] = case(
+                length_limit_of_ones_own, model_type, compile_path
+            )
     return cases, []
 
 
