@@ -7,6 +7,8 @@
 #   make bench-quick    `make bench`, smaller (BENCH_ARGS adds options, e.g. BENCH_ARGS="--device cuda")
 #   make bench-long     `make bench` plus a cold compile in every run and the consecutive calls (much longer)
 #   make bench-guards   what dynamo's guard evaluation costs per token, pristine beside the fork (a few minutes)
+#   make bench-gpu      the decoding step on a GPU, pristine beside the fork: time per token, CUDA-graph recordings
+#                       and replays, syncs per step (GPU_ARGS="--device cpu" runs it without device calls)
 #   make bench-publish  the latest full bench-out/ run into docs/ and the README's generated figures (RUN=<folder> for another)
 #   make oracle     every causal-LM architecture as a tiny model, pristine vs the fork, tokens and scores compared
 #                   exactly, the sliding window families compiled past their window, and the case families
@@ -35,7 +37,7 @@ VPY := $(VENV)/bin/python
 FORK := PYTHONPATH=utils $(PYTHON) -m forktool
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install fork patches check rebase rebase-continue rebase-finish upstream-outlook bisect standalone test test-compile bench bench-long bench-quick bench-host-ab bench-guards bench-publish oracle quality style clean
+.PHONY: install fork patches check rebase rebase-continue rebase-finish upstream-outlook bisect standalone test test-compile bench bench-long bench-quick bench-host-ab bench-guards bench-gpu bench-publish oracle quality style clean
 
 install: $(VENV)/.installed
 
@@ -98,6 +100,9 @@ bench-host-ab: install
 
 bench-guards: install
 	PYTHONPATH=utils $(VPY) -m bench.guards $(GUARDS_ARGS)
+
+bench-gpu: install
+	PYTHONPATH=utils $(VPY) -m bench.gpu_check $(GPU_ARGS)
 
 bench-publish: install
 	PYTHONPATH=utils $(VPY) -m bench.publish $(RUN)

@@ -49,7 +49,6 @@ def quick_run(tmp_path_factory):
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout, out
@@ -754,3 +753,21 @@ def test_guard_evaluation_counts_the_guards_and_the_config_reads_among_them():
     assert found["evaluation_us"] > 0
     with pytest.raises(RuntimeError, match="no compiled entry of step accepts"):
         guards.guard_evaluation(step.__code__, {"config": config, "x": torch.ones(3, 3)}, evaluations=10)
+
+
+def test_gpu_check_runs_both_trees_up_to_the_device_calls(tmp_path):
+    # `make bench-gpu` on the CPU: every path of both trees, the figures it reports, no device call
+    out = tmp_path / "gpu"
+    env = dict(os.environ, PYTHONPATH=str(REPO / "utils"))
+    command = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--models", "gpt2", "--calls", "1"]
+    result = subprocess.run([*command, "--out", str(out)], cwd=REPO, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert set(results) == {"upstream", "fork"}
+    assert set(results["upstream"][0]["figures"]) == {"gpt2 compile_config", "gpt2 recipe"}
+    assert set(results["fork"][0]["figures"]) == {"gpt2 compile_config", "gpt2 recipe", "gpt2 decoding_step"}
+    for figures in results["fork"][0]["figures"].values():
+        assert figures["ms_per_token"] > 0
+        assert figures["recordings per token"] == figures["replays per token"] == 0  # no CUDA graph on the CPU
+        assert figures["syncs per step"] is None
+    assert "| gpt2 decoding_step | - / " in (out / "table.md").read_text()
