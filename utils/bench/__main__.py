@@ -57,12 +57,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the long scenarios too: a cold compile in every run (the compile cost over all runs) and the "
         "consecutive generate calls (make bench-long)",
     )
-    parser.add_argument("--reps", type=int, default=None, help="runs per tree (default: 5, or 1 with --quick)")
+    parser.add_argument("--reps", type=int, default=None, help="runs per tree (default: 3, or 1 with --quick)")
     parser.add_argument(
         "--reruns",
         type=int,
         default=None,
-        help="at most this many runs are run again after their decode stalled (default: 3, or 0 with --quick)",
+        help="at most this many runs are run again after their decode stalled (default: 2, or 0 with --quick)",
     )
     parser.add_argument("--threads", type=int, default=1, help="torch's threads in each run (default: 1)")
     parser.add_argument(
@@ -86,9 +86,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     if args.reps is None:
-        args.reps = 1 if args.quick else 5
+        args.reps = 1 if args.quick else 3
     if args.reruns is None:
-        args.reruns = 0 if args.quick else 3
+        args.reruns = 0 if args.quick else 2
     if args.reps < 1:
         parser.error("--reps must be at least 1")
     if args.reruns < 0 or args.threads < 1:

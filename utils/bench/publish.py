@@ -29,6 +29,7 @@ MODEL_NAMES = {
     "llama": "Llama",
     "gemma2": "Gemma 2 (sliding window 4)",
     "gemma3": "Gemma 3 multimodal (sliding window 4, an image in the prompt)",
+    "llama16": "Llama of 16 layers",
 }
 # The decoding configurations beside the greedy one (`bench.scenarios.DECODE_CONFIGS`), as the headline names them
 CONFIG_LABELS = {
@@ -107,6 +108,35 @@ def _name(model: str) -> str:
 def _listed(names: list[str]) -> str:
     """`a`, `a and b`, `a, b and c`."""
     return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 2 else names)
+
+
+def lines_for_depth(decode: dict, steps: dict, model: str) -> str:
+    """The paragraph under the headline's table on a deep model (`llama16`): the compiled step's host time per token
+    (`generate` minus its compiled calls) beside the 2-layer Llama's, and the step against pristine's `CompileConfig()`
+    and the hand-written loop there."""
+    deep, shallow = decode.get(f"{model} decoding_step", {}), decode.get("llama decoding_step", {})
+    if not (_ok_fork(deep) and _ok_fork(shallow)):
+        return ""
+    host = {name: entry["fork"].get("host_ms_per_token_floor") for name, entry in (("2", shallow), ("16", deep))}
+    figures = steps[f"{model} greedy"]
+    versus = [
+        f"{_x(figures[key]['floor'])} {label}"
+        for key, label in (
+            ("step_vs_pristine", "of pristine's `CompileConfig()`"),
+            ("step_vs_handwritten", "of the hand-written loop"),
+        )
+        if figures.get(key)
+    ]
+    ratio = host["16"] / host["2"] if host["2"] and host["16"] else None
+    return (
+        f"\nWith 16 layers (a tiny Llama, greedy), the compiled step's host time per token (`generate` minus its compiled "
+        f"calls) is {_num(host['16'])} ms, against {_num(host['2'])} ms with 2 layers (**{_x(ratio)}**), and its time "
+        f"per token {' and '.join(versus)}."
+    )
+
+
+def _ok_fork(entry: dict | None) -> bool:
+    return bool(entry) and entry.get("fork", {}).get("status") == "ok"
 
 
 def render_headline(results: dict) -> str:
@@ -199,6 +229,9 @@ def render_headline(results: dict) -> str:
     runs = {cost[m]["upstream"].get("runs") for m in models if _ok(cost.get(m))}
     count = f"{runs.pop()} per tree" if len(runs) == 1 else "per tree"
     row(f"first call, compiling (CPU time; cold compiles: {count})", compile_cells)
+    for model in ("llama16",):
+        if f"{model} greedy" in steps and (paragraph := lines_for_depth(decode, steps, model)):
+            lines += ["", paragraph.strip()]
     lines += [
         "",
         "Per-token figures are floors: each part of a call at its fastest over all the runs of a tree, which no "

@@ -603,6 +603,11 @@ def table(results: dict) -> str:
         f"{f', {threads} torch thread(s)' if threads else ''}, {results['reps']} run(s) per tree, "
         f"{results.get('environment', {}).get('cpu_count', '?')} cores{_load(results)}"
     ]
+    if results.get("quick") or results.get("reps", 0) < 2:
+        parts.append(
+            "NO VERDICT: a quick run (one run per tree, one model, a few tokens) checks that the benchmark runs; its "
+            "times are single calls on a machine whose other work moves them. `make bench` gives the ratios to read."
+        )
     if "decode" in results:
         rows = [row for model, decode in results["decode"].items() for row in _decode_rows(model, decode)]
         parts.append(

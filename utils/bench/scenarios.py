@@ -79,6 +79,8 @@ DECODE_PATHS = ["compile_config", "recipe"]
 # over the same compiled forward as its floor (`<model> handwritten`). Not for Gemma 3 multimodal, whose own
 # `prepare_inputs_for_generation` keeps it in the regular loop.
 STEP_MODELS = ["gpt2", "llama", "gemma2"]
+# Deep models timed in the greedy configuration only, with the step, generate's own compile and the hand-written loop
+DEEP_STEP_MODELS = ["llama16"]
 # The decoding configurations users run, timed beside the greedy one with the same compiled forward: the model's
 # key in the results is `<model> <configuration>`. Each has an eos token, which `min_new_tokens` keeps from being
 # generated, so that the calls run to length: the min-length logits processors and the eos stopping criterion run
@@ -172,8 +174,9 @@ def tiny_model(name: str, device: str, attn_implementation: str = "sdpa", **kwar
     if name == "gpt2":
         config = GPT2Config(n_positions=128, n_embd=32, n_layer=2, n_head=4, **common, **kwargs)
         model_class = GPT2LMHeadModel
-    elif name == "llama":
-        config = LlamaConfig(**sizes, **common, **kwargs)
+    elif name in ("llama", "llama16"):
+        # `llama16`: the same with 16 layers, where what a decoding step costs outside its kernels shows its depth
+        config = LlamaConfig(**{**sizes, "num_hidden_layers": 16 if name == "llama16" else 2}, **common, **kwargs)
         model_class = LlamaForCausalLM
     elif name == "gemma2":
         config = Gemma2Config(**sizes, **gemma, **common, **kwargs)
@@ -1030,6 +1033,10 @@ def run_side(side: str, quick: bool, device: str, only: list[str] | None = None)
                     key = f"{name} decoding_step{f' {config_name}' if config_name else ''}"
                     scenarios["decode"][key] = guarded(decode_path, name, device, sizes, "decoding_step", config_name)
                 scenarios["decode"][f"{name} handwritten"] = guarded(handwritten, name, device, sizes)
+        for name in DEEP_STEP_MODELS if size == "full" else []:
+            for path in ("compile_config", "decoding_step"):
+                scenarios["decode"][f"{name} {path}"] = guarded(decode_path, name, device, sizes, path)
+            scenarios["decode"][f"{name} handwritten"] = guarded(handwritten, name, device, sizes)
         timings["decode"] = time.perf_counter() - start
     if "calls" in selected:
         timed("calls", lambda: {name: guarded(calls, name, device, mode, sizes) for name in MODELS[size]})
