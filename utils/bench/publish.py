@@ -229,6 +229,27 @@ def render_headline(results: dict) -> str:
     runs = {cost[m]["upstream"].get("runs") for m in models if _ok(cost.get(m))}
     count = f"{runs.pop()} per tree" if len(runs) == 1 else "per tree"
     row(f"first call, compiling (CPU time; cold compiles: {count})", compile_cells)
+
+    def first_call(key: str) -> str:
+        entry = decode.get(key, {})
+        cold = [entry.get(side, {}).get("first_call_cold_s") for side in SIDES]
+        warm = [entry.get(side, {}).get("first_call_warm_s") for side in SIDES]
+        if None in warm:
+            warm = [None, entry.get("fork", {}).get("first_call_warm_s")]
+            cold = [None, entry.get("fork", {}).get("first_call_cold_s")]
+        if warm[1] is None:
+            return "-"
+        return f"{_num(cold[0])} / {_num(warm[0])} -> {_num(cold[1])} / {_num(warm[1])} s"
+
+    row(
+        "first `generate` of a process, cold / warm inductor cache (wall; a new process, the tree's cache from its first "
+        "run), `CompileConfig()`",
+        [first_call(f"{m} compile_config") for m in models],
+    )
+    row(
+        "first `generate` of a process, cold / warm inductor cache, the fork's compiled decoding step",
+        [first_call(f"{m} decoding_step") for m in models],
+    )
     for model in ("llama16",):
         if f"{model} greedy" in steps and (paragraph := lines_for_depth(decode, steps, model)):
             lines += ["", paragraph.strip()]

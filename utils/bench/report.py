@@ -295,6 +295,17 @@ def _decode(model: str, side: str, runs: list[dict], warnings: list[str]) -> tup
         fastest = min(side_runs, key=lambda e: e["ms_per_token"])
         decode["step_ms"] = fastest["step_ms"]
         decode["step_cpu_ms"] = fastest.get("step_cpu_ms")
+        # The first call of each process: with a cold inductor cache in a tree's first run, a warm one after
+        first_calls = {
+            cold: [r["scenarios"]["decode"][model]["first_generate_s"] for r in used
+                   if r.get("inductor_cache_cold") is cold and "first_generate_s" in r["scenarios"]["decode"][model]]
+            for cold in (True, False)
+        }  # fmt: skip
+        if first_calls[True]:
+            decode["first_call_cold_s"] = min(first_calls[True])
+        if first_calls[False]:
+            decode["first_call_warm_s"] = min(first_calls[False])
+            decode["first_call_warm_max_s"] = max(first_calls[False])
         still = [r for r in used if model in stalled(r)]
         decode["stalled_runs"] = len(still)
         decode["reruns"] = sum(1 for r in runs if r["side"] == side and r.get("rerun"))

@@ -654,10 +654,11 @@ def test_compile_goal_has_no_verdict_from_too_few_or_overlapping_cold_compiles()
 
 
 def test_readme_figures_are_the_published_run():
-    """The README's headline is on its first screen, and its generated blocks are what docs/bench-results.json
-    gives: `make bench-publish` writes them, nobody types them."""
+    """The README's headline is on its first screen (after what the fork changes for a model and the one line that
+    turns the compiled step on), and its generated blocks are what docs/bench-results.json gives: `make
+    bench-publish` writes them, nobody types them."""
     text = (REPO / "README.md").read_text(encoding="utf-8")
-    assert text.index("<!-- bench:headline -->") < len("\n".join(text.splitlines()[:20]))
+    assert text.index("<!-- bench:headline -->") < len("\n".join(text.splitlines()[:40]))
     assert publish.out_of_sync(REPO) == []
 
 
