@@ -242,12 +242,12 @@ def render_headline(results: dict) -> str:
         return f"{_num(cold[0])} / {_num(warm[0])} -> {_num(cold[1])} / {_num(warm[1])} s"
 
     row(
-        "first `generate` of a process, cold / warm inductor cache (wall; a new process, the tree's cache from its first "
-        "run), `CompileConfig()`",
+        "first `generate` of a path, cold / warm inductor cache (wall; the least over the tree's first run / its later "
+        "runs, each a process that ran the paths before it), `CompileConfig()`",
         [first_call(f"{m} compile_config") for m in models],
     )
     row(
-        "first `generate` of a process, cold / warm inductor cache, the fork's compiled decoding step",
+        "first `generate` of a path, cold / warm inductor cache, the fork's compiled decoding step",
         [first_call(f"{m} decoding_step") for m in models],
     )
     for model in ("llama16",):
