@@ -26,11 +26,12 @@ from pathlib import Path
 
 from forktool.common import ROOT
 
-from . import publish, report
+from . import first_call, publish, report
 from .trees import fork_tree, pristine_tree
 
 
-SCENARIOS = ("decode", "calls", "recompiles", "tracing", "mask_matrix")  # as bench.scenarios.SCENARIOS
+SCENARIOS = ("decode", "calls", "recompiles", "tracing", "mask_matrix", "first_call")
+CHILD_SCENARIOS = SCENARIOS[:-1]  # as bench.scenarios.SCENARIOS; first_call runs its own processes (bench.first_call)
 LONG_SCENARIOS = ("calls",)  # run with --long (or --quick, or when named in --only)
 REPEATED = ("decode", "calls")  # timed again in every run; the others are counts and matrices, run once per tree
 RERUNS_PER_RUN = 2  # a run is run again at most this many times after stalls
@@ -41,7 +42,17 @@ RERUNS_PER_RUN = 2  # a run is run again at most this many times after stalls
 # decoding configurations, the three compile paths, and the compiled decoding step beside its hand-written floor,
 # `make bench` took 49 min 58 s from a load average of 1.1 (2026-12-03: first runs 594 and 669 s, later ones
 # 129-215 s, 3 reruns of about 100-120 s); `--quick`, about 3 min per run in `make test`.
-ESTIMATE_S = {"first": 630.0, "later": 150.0, "long": 630.0, "quick": 170.0}
+# The first calls (bench.first_call, processes of their own, run after the others): about 170 s by default (Llama:
+# pristine's CompileConfig(), the fork's and its step, each a cold process and four warm ones), 80 s with --quick.
+ESTIMATE_S = {
+    "first": 630.0,
+    "later": 150.0,
+    "long": 630.0,
+    "quick": 170.0,
+    "first_call": 170.0,
+    "first_call_long": 1500.0,
+    "first_call_quick": 80.0,
+}
 
 
 class BenchError(Exception):
@@ -110,12 +121,12 @@ def selected_scenarios(args: argparse.Namespace) -> list[str]:
 def run_plan(args: argparse.Namespace) -> list[tuple[int, str, list[str]]]:
     """(rep, side, scenarios) of each run, in order: every scenario in a tree's first run, then only the timed ones
     (decode, and calls where selected); no later runs when nothing timed is selected."""
-    scenarios = selected_scenarios(args)
+    scenarios = [name for name in selected_scenarios(args) if name in CHILD_SCENARIOS]
     repeated = [name for name in scenarios if name in REPEATED]
     plan = []
     for rep in range(args.reps):
         for side in report.SIDES:
-            if rep == 0 or repeated:
+            if (rep == 0 and scenarios) or repeated:
                 plan.append((rep, side, scenarios if rep == 0 else repeated))
     return plan
 
@@ -134,6 +145,8 @@ def estimate_s(args: argparse.Namespace, cores: int, load: float) -> float:
     (load + cores) / (2 cores) when that is above 1 (fitted on the project's runs, see ESTIMATE_S)."""
     plan = run_plan(args)
     seconds = sum(ESTIMATE_S[run_kind(rep, args)] for rep, _, _ in plan)
+    if "first_call" in selected_scenarios(args):
+        seconds += ESTIMATE_S["first_call_long" if args.long else "first_call_quick" if args.quick else "first_call"]
     if "decode" in selected_scenarios(args):
         seconds += ESTIMATE_S["long" if args.long else "later"] * min(args.reruns, len(plan))
     return seconds * max(1.0, (load + cores) / (2 * max(cores, 1)))
@@ -157,6 +170,11 @@ def side_command(
     # Compile in the side's process: no pool of inductor workers left competing with the timed calls for the cores.
     env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     return command, env
+
+
+def side_compile_mode(device: str) -> str:
+    """The compile mode of the sides' forwards, as bench.scenarios.run_side has it."""
+    return "reduce-overhead" if device == "cuda" else "default"
 
 
 def check_device(device: str) -> None:
@@ -367,6 +385,7 @@ def reaggregate(out: Path) -> int:
         "order",
     )
     meta = {key: previous[key] for key in (*keys, "environment", "runs")}
+    meta["first_call"] = previous.get("first_call_raw")
     meta["tree_src"] = {side: tree["src"] for side, tree in previous["trees"].items()}
     aggregated = report.aggregate(results, meta)
     aggregated["plot"] = "decode.png" if report.plot(aggregated, out / "decode.png") else None
@@ -398,6 +417,13 @@ def main(argv: list[str] | None = None) -> int:
         out = (args.out or ROOT / "bench-out" / stamp).resolve()
         out.mkdir(parents=True, exist_ok=True)
         results, runs = run_sides(args, trees, out)
+        first_calls = None
+        if "first_call" in selected_scenarios(args):
+            size = "long" if args.long else "quick" if args.quick else "full"
+            try:
+                first_calls = first_call.run(trees, out, args, size, rounds=3 if args.long else 1)
+            except RuntimeError as e:
+                raise BenchError(str(e)) from None
     except BenchError as e:
         print(f"bench: error: {e}", file=sys.stderr)
         return 2
@@ -407,20 +433,21 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "long": args.long,
         "device": args.device,
-        "compile_mode": results[0]["compile_mode"],
+        "compile_mode": results[0]["compile_mode"] if results else side_compile_mode(args.device),
         "reps": args.reps,
         "threads": args.threads,
         "rerun_budget": args.reruns,
         "order": [run["side"] for run in runs],
         "environment": {
             "python": platform.python_version(),
-            "torch": results[0]["torch_version"],
+            "torch": results[0]["torch_version"] if results else first_calls["torch_version"],
             "platform": platform.platform(),
             "cpu_count": cores,
             "load_average": {"start": load, "end": os.getloadavg()[0]},
         },
         "tree_src": {side: str(src) for side, src in trees.items()},
         "runs": runs,
+        "first_call": first_calls,
     }
     aggregated = report.aggregate(results, meta)
     aggregated["plot"] = "decode.png" if report.plot(aggregated, out / "decode.png") else None

@@ -6,7 +6,7 @@ import statistics
 from pathlib import Path
 
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SIDES = ("upstream", "fork")
 DECODE_TIMES = (
     "ms_per_token",
@@ -329,6 +329,38 @@ def _decode(model: str, side: str, runs: list[dict], warnings: list[str]) -> tup
     return decode, cost
 
 
+def first_call_summary(found: dict | None) -> dict | None:
+    """`bench.first_call.run`'s figures: per model, tree, path and kind (cold, warm, warm_vec_isa_ok), the least
+    and the most of its processes' first calls (wall and CPU time, s) and how many ran; per model and path run on
+    both trees, the ratio of the least (fork / pristine) and, for the cold compiles, whether the trees' ranges
+    overlap (a verdict only from 3 cold compiles per tree or more whose ranges do not)."""
+    if not found:
+        return None
+    summary: dict = {"torch_version": found.get("torch_version"), "models": {}}
+    for model, sides in found["models"].items():
+        entry = summary["models"][model] = {}
+        for side, paths in sides.items():
+            for path, kinds in paths.items():
+                figures = entry.setdefault(path, {}).setdefault(side, {})
+                for kind, values in kinds.items():
+                    if values:
+                        figures[kind] = {"least": min(values), "most": max(values), "processes": len(values)}
+        for path, by_side in entry.items():
+            if set(by_side) < set(SIDES):
+                continue
+            by_side["ratio"] = {
+                kind: _ratio(by_side["fork"][kind]["least"], by_side["upstream"][kind]["least"])
+                for kind in by_side["fork"]
+                if kind in by_side["upstream"]
+            }
+            up, fork = by_side["upstream"].get("cold_cpu"), by_side["fork"].get("cold_cpu")
+            if up and fork:
+                apart = fork["most"] < up["least"] or up["most"] < fork["least"]
+                enough = min(up["processes"], fork["processes"]) >= 3
+                by_side["cold_verdict"] = bool(apart and enough)
+    return summary
+
+
 def aggregate(runs: list[dict], meta: dict) -> dict:
     """`runs`: each side's result (as `bench.scenarios` writes it), in run order, each with `used` (False for a run
     whose decode a rerun replaced; True when absent). Timings: medians, minimums and maximums over a side's used runs,
@@ -336,18 +368,21 @@ def aggregate(runs: list[dict], meta: dict) -> dict:
     cold inductor cache; counts with their range over the runs; the rest (statuses, matrices) from each side's first
     run that ran the scenario. A scenario that failed in a side's run is that side's status.
     """
-    first = {side: next(r for r in runs if r["side"] == side) for side in SIDES}
+    first = {side: next((r for r in runs if r["side"] == side), {}) for side in SIDES}
     warnings: list[str] = []
     results = {"schema_version": SCHEMA_VERSION, **meta, "warnings": warnings}
     results["trees"] = {
         side: {
             "src": meta["tree_src"][side],
-            "transformers_file": first[side]["transformers_file"],
-            "transformers_version": first[side]["transformers_version"],
+            "transformers_file": first[side].get("transformers_file", meta["tree_src"][side]),
+            "transformers_version": first[side].get("transformers_version"),
         }
         for side in SIDES
     }
     del results["tree_src"]
+    # the first calls' processes, as bench.first_call gives them (kept for --reaggregate), and their summary
+    results["first_call_raw"] = results.pop("first_call", None)
+    results["first_call"] = first_call_summary(results["first_call_raw"])
 
     decode_first = _first_with(runs, "upstream", "decode")
     if decode_first:
@@ -687,6 +722,30 @@ def table(results: dict) -> str:
         header = ["", *(f"call {n + 1}" for n in range(width))]
         parts.append(
             _grid("6. consecutive generate calls after a dynamo reset (ms, medians; call 1 compiles)", header, rows)
+        )
+    if results.get("first_call"):
+        rows = []
+        for model, paths in results["first_call"]["models"].items():
+            for path, by_side in paths.items():
+                for side in SIDES:
+                    figures = by_side.get(side)
+                    if figures:
+                        cells = [
+                            f"{_fmt(figures[kind]['least'], 2)} [{_fmt(figures[kind]['most'], 2)}] "
+                            f"x{figures[kind]['processes']}"
+                            if kind in figures
+                            else "-"
+                            for kind in ("cold", "cold_cpu", "warm", "warm_vec_isa_ok")
+                        ]
+                        rows.append([f"{model} {path} {side}", *cells])
+        parts.append(
+            _grid(
+                "8. the first generate of a new process (bench.first_call), s, least [most] xprocesses: cold (an "
+                "empty inductor cache; wall, then CPU time), warm (the cache the cold one wrote), and warm with "
+                "TORCHINDUCTOR_VEC_ISA_OK=1",
+                ["", "cold", "cold CPU", "warm", "warm, VEC_ISA_OK=1"],
+                rows,
+            )
         )
     if results.get("warnings"):
         parts.append("\n".join(f"WARNING: {warning}" for warning in results["warnings"]))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from bench import __main__ as bench_main
-from bench import publish
+from bench import publish, report
 from bench.__main__ import main, parse_args, side_command
 from bench.report import (
     COMPILE_TIMES,
@@ -66,6 +66,7 @@ def test_quick_mode_writes_table_json_and_plot(quick_run):
         "5. GPT2",
         "6. consecutive",
         "7. the compiled decoding step",
+        "8. the first generate of a new process",
     )
     for section in sections:
         assert section in stdout
@@ -182,6 +183,24 @@ def test_quick_mode_json_schema(quick_run):
                 ):
                     assert isinstance(entry[key], int), (config, side, key)
                 assert isinstance(entry["recompile_reasons"], list)
+
+    # 8: the first generate of new processes, pristine's CompileConfig() beside the fork's step (--quick), each kind
+    # from its own process, each process proven by the tree it imported
+    first_calls = results["first_call"]["models"]
+    assert set(first_calls) == {"gpt2"}
+    assert set(first_calls["gpt2"]) == {"compile_config", "decoding_step"}
+    assert set(first_calls["gpt2"]["compile_config"]) == {"upstream"}
+    assert set(first_calls["gpt2"]["decoding_step"]) == {"fork"}
+    for path, side in (("compile_config", "upstream"), ("decoding_step", "fork")):
+        figures = first_calls["gpt2"][path][side]
+        for kind in ("cold", "warm", "primer_vec_isa_ok", "warm_vec_isa_ok"):
+            for key in (kind, f"{kind}_cpu"):
+                assert figures[key]["processes"] == 1 and isinstance(figures[key]["least"], float), (path, key)
+            raw = json.loads((out / "raw" / f"first_call-{side}-gpt2-{path}-{kind}-1-1.json").read_text())
+            assert _inside(raw["transformers_file"], Path(trees[side]["src"]) / "transformers"), (path, kind)
+            assert raw["vec_isa_ok"] == kind.endswith("vec_isa_ok"), (path, kind)
+        # a warm process compiles nothing anew: its first call is well below the cold one's
+        assert figures["warm"]["least"] < figures["cold"]["least"] / 2, figures
 
     # 4 and 5: per tree "ok" (with measures) or the error's first line
     assert set(results["tracing"]) == {
@@ -511,7 +530,6 @@ def test_the_plot_tells_each_series_apart():
     """Each line of the plot's left side (model x tree) has its own colour, line style and marker, and the legend
     names each."""
     import matplotlib.pyplot as plt
-    from bench import report
 
     results = aggregate([_synthetic_run("upstream", 1.0), _synthetic_run("fork", 0.6)], _meta(1))
     for model in ("llama", "gemma2"):
@@ -536,7 +554,8 @@ def test_run_plan_estimate_and_first_line():
     assert plan[0][2] == ["decode", "recompiles", "tracing", "mask_matrix"] and plan[2][2] == ["decode"]
     assert bench_main.run_plan(parse_args(["--long"]))[2][2] == ["decode", "calls"]
     assert len(bench_main.run_plan(parse_args(["--only", "tracing,mask_matrix"]))) == 2
-    assert bench_main.run_plan(parse_args(["--quick"]))[0][2] == list(bench_main.SCENARIOS)
+    assert bench_main.run_plan(parse_args(["--quick"]))[0][2] == list(bench_main.CHILD_SCENARIOS)
+    assert bench_main.run_plan(parse_args(["--only", "first_call"])) == []
     quiet = bench_main.estimate_s(parse_args([]), cores=2, load=0.0)
     assert 1200 < quiet < 3000 and bench_main.estimate_s(parse_args([]), cores=2, load=6.0) == 2 * quiet
     assert bench_main.estimate_s(parse_args([]), cores=2, load=1.5) == quiet
@@ -651,6 +670,44 @@ def test_compile_goal_has_no_verdict_from_too_few_or_overlapping_cold_compiles()
     assert "GPT2 0.91x, no verdict (3 cold compiles per tree, ranges that overlap)" in overlapping
     assert "GPT2 0.82x, met" in goals([1.0, 1.2, 1.1], [0.9, 0.95, 0.85])
     assert "GPT2 1.23x, not met by GPT2" in goals([1.0, 1.02, 1.1], [1.2, 1.3, 1.25])
+
+
+def test_first_calls_give_each_kinds_least_and_a_cold_verdict_only_from_three_apart():
+    def found(upstream_cold, fork_cold, fork_warm_isa_ok=(2.9, 2.4)):
+        cold = {"upstream": upstream_cold, "fork": fork_cold}
+        paths = {
+            side: {
+                path: {
+                    "cold": cold[side],
+                    "cold_cpu": cold[side],
+                    "warm": [3.3, 3.1],
+                    "primer_vec_isa_ok": [4.0],
+                    "warm_vec_isa_ok": list(fork_warm_isa_ok),
+                }
+                for path in (("compile_config",) if side == "upstream" else ("compile_config", "decoding_step"))
+            }
+            for side in SIDES
+        }
+        return {"torch_version": "2.13.0", "models": {"llama": paths}}
+
+    summary = report.first_call_summary(found([20.0], [25.0]))
+    by_path = summary["models"]["llama"]
+    assert by_path["compile_config"]["upstream"]["warm"] == {"least": 3.1, "most": 3.3, "processes": 2}
+    assert by_path["compile_config"]["ratio"]["cold"] == 1.25
+    # one cold compile per tree gives no verdict; the step runs on the fork only, with no ratio
+    assert by_path["compile_config"]["cold_verdict"] is False
+    assert set(by_path["decoding_step"]) == {"fork"}
+    apart = report.first_call_summary(found([20.0, 21.0, 22.0], [25.0, 26.0, 27.0]))
+    assert apart["models"]["llama"]["compile_config"]["cold_verdict"] is True
+    overlapping = report.first_call_summary(found([20.0, 21.0, 26.0], [25.0, 26.0, 27.0]))
+    assert overlapping["models"]["llama"]["compile_config"]["cold_verdict"] is False
+    assert report.first_call_summary(None) is None
+
+    # the goal reads the fork's step on a warm cache with the variable set, and says the plain warm one too
+    met = publish.render_goals({"first_call": summary})[0]
+    assert "within 3 s: Llama 3.10 s (2.40 s with `TORCHINDUCTOR_VEC_ISA_OK=1`), met with the variable set" in met
+    missed = publish.render_goals({"first_call": report.first_call_summary(found([20.0], [25.0], (3.4, 3.2)))})
+    assert "not met by Llama" in missed[0]
 
 
 def test_readme_figures_are_the_published_run():
