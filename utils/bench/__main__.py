@@ -38,18 +38,16 @@ RERUNS_PER_RUN = 2  # a run is run again at most this many times after stalls
 # Rough durations of a run, in seconds, on the project's 2 cores with no other work, for the first line's estimate:
 # a tree's first run (a cold compile of every model along each compile path, then every scenario), a later run
 # (decode on a warm cache, and a rerun), with --long a run (cold compiles, decode, consecutive calls), with --quick a
-# run. The estimate multiplies them by (load + cores) / (2 cores) when that is above 1: with four models, their
-# decoding configurations, the three compile paths, and the compiled decoding step beside its hand-written floor,
-# `make bench` took 49 min 58 s from a load average of 1.1 (2026-12-03: first runs 594 and 669 s, later ones
-# 129-215 s, 3 reruns of about 100-120 s); `--quick`, about 3 min per run in `make test`.
-# The first calls (bench.first_call, processes of their own, run after the others): about 170 s by default (Llama:
-# pristine's CompileConfig(), the fork's and its step, each a cold process and four warm ones), 80 s with --quick.
+# run; and the first calls (bench.first_call: processes of their own, after the runs). The estimate multiplies them
+# by (load + cores) / (2 cores) when that is above 1. `make bench` took 19 min 8 s from a load average of 0.8
+# (2026-12-05 15:32: first runs 325 and 317 s, later ones 68-86 s, no rerun, the first calls about 185 s); `--quick`,
+# about 4 min in `make test`.
 ESTIMATE_S = {
-    "first": 630.0,
-    "later": 150.0,
+    "first": 330.0,
+    "later": 80.0,
     "long": 630.0,
     "quick": 170.0,
-    "first_call": 170.0,
+    "first_call": 190.0,
     "first_call_long": 1500.0,
     "first_call_quick": 80.0,
 }
