@@ -73,8 +73,12 @@ class DeferredStopCheckDecodingStepTest(unittest.TestCase):
         with (
             mock.patch.object(DeferredStopCheck, "is_supported", return_value=True),
             mock.patch("torch.Event", HostEvent),
-            mock.patch.object(DeferredStopCheck, "finish", autospec=True, side_effect=DeferredStopCheck.finish) as finish,
-            mock.patch.object(DecodingStep, "run", autospec=True, side_effect=lambda *a: ran.append(run(*a)) or ran[-1]),
+            mock.patch.object(
+                DeferredStopCheck, "finish", autospec=True, side_effect=DeferredStopCheck.finish
+            ) as finish,
+            mock.patch.object(
+                DecodingStep, "run", autospec=True, side_effect=lambda *a: ran.append(run(*a)) or ran[-1]
+            ),
         ):
             deferred_regular = _generate(model, False, **kwargs())
             deferred_step = _generate(model, True, **kwargs())
@@ -89,6 +93,4 @@ class DeferredStopCheckDecodingStepTest(unittest.TestCase):
             torch.testing.assert_close(torch.stack(output.scores), torch.stack(expected.scores), rtol=0, atol=0)
         if passed_cache:
             # the check's extra step leaves no trace in the cache either
-            self.assertEqual(
-                deferred_step.cache.get_seq_length(), deferred_regular.cache.get_seq_length()
-            )
+            self.assertEqual(deferred_step.cache.get_seq_length(), deferred_regular.cache.get_seq_length())
