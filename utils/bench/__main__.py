@@ -40,13 +40,13 @@ RERUNS_PER_RUN = 2  # a run is run again at most this many times after stalls
 # (decode on a warm cache, and a rerun), with --long a run (cold compiles, decode, consecutive calls), with --quick a
 # run; and the first calls (bench.first_call: processes of their own, after the runs). The estimate multiplies them
 # by (load + cores) / (2 cores) when that is above 1. `make bench` took 19 min 8 s from a load average of 0.8
-# (2026-12-05 15:32: first runs 325 and 317 s, later ones 68-86 s, no rerun, the first calls about 185 s); `--quick`,
-# about 4 min in `make test`.
+# (2026-12-05 15:32: first runs 325 and 317 s, later ones 68-86 s, no rerun, the first calls about 185 s); `make bench-quick`,
+# 3 min 46 s (15:53, load 0.4: its runs 60 and 77 s, its first calls 80 s).
 ESTIMATE_S = {
     "first": 330.0,
     "later": 80.0,
     "long": 630.0,
-    "quick": 170.0,
+    "quick": 80.0,
     "first_call": 190.0,
     "first_call_long": 1500.0,
     "first_call_quick": 80.0,
