@@ -415,13 +415,15 @@ def main(argv: list[str] | None = None) -> int:
         out = (args.out or ROOT / "bench-out" / stamp).resolve()
         out.mkdir(parents=True, exist_ok=True)
         results, runs = run_sides(args, trees, out)
-        first_calls = None
+        first_calls, failed = None, None
         if "first_call" in selected_scenarios(args):
             size = "long" if args.long else "quick" if args.quick else "full"
             try:
                 first_calls = first_call.run(trees, out, args, size, rounds=3 if args.long else 1)
             except RuntimeError as e:
-                raise BenchError(str(e)) from None
+                # the runs before are kept: results.json is written, with the error in place of the first calls
+                failed = str(e)
+                first_calls = {"status": failed.splitlines()[0]}
     except BenchError as e:
         print(f"bench: error: {e}", file=sys.stderr)
         return 2
@@ -438,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         "order": [run["side"] for run in runs],
         "environment": {
             "python": platform.python_version(),
-            "torch": results[0]["torch_version"] if results else first_calls["torch_version"],
+            "torch": results[0]["torch_version"] if results else (first_calls or {}).get("torch_version"),
             "platform": platform.platform(),
             "cpu_count": cores,
             "load_average": {"start": load, "end": os.getloadavg()[0]},
@@ -459,6 +461,9 @@ def main(argv: list[str] | None = None) -> int:
     minutes, seconds = divmod(round(aggregated["wall_s"]), 60)
     plot = ", decode.png" if aggregated["plot"] else ""
     print(f"bench: wrote {out} (results.json{plot}) in {minutes} min {seconds} s")
+    if failed:
+        print(f"bench: error: {failed}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -10,12 +10,12 @@ process and of the compilers and probes it waited for). Per round, tree and path
 - `warm` (twice, once with `--quick`): what the cold process wrote, as a second run of the same script finds it;
 - `warm_vec_isa_ok` (as often), after one `primer_vec_isa_ok` process: the same with `TORCHINDUCTOR_VEC_ISA_OK=1`.
   In every new process, inductor's C++ backend first checks which vector instruction sets of those the CPU lists it
-  can use (`torch/_inductor/cpu_vec_isa.py`, `VecISA.check_build`): for each, it builds a small library with its
-  flags and loads it in a new Python process. The variable tells inductor to trust the CPU's flags instead (where
+  can use (`torch/_inductor/cpu_vec_isa.py`, `VecISA.check_build`): for each, it loads a small library built with
+  its flags (built once into the cache) in a new Python process. The variable tells inductor to trust the CPU's flags instead (where
   the compiler or the loader cannot use them, compiling then fails rather than falling back to scalar code). It is
   part of inductor's configuration, which keys the FX graph cache: the primer writes the entries these processes
   find, as a user's first run with the variable would (it recompiles the graphs, not the C++ kernels it finds).
-  On CUDA nothing of this runs.
+  On CUDA nothing of this runs, and neither do these processes.
 
 The rounds alternate the trees (pristine first); each figure is the least over the processes. `--long` runs three
 rounds on three models (the cold compiles then give a verdict: their ranges must not overlap), the default one round
@@ -35,7 +35,6 @@ import time
 from pathlib import Path
 
 
-KINDS = ("cold", "warm", "primer_vec_isa_ok", "warm_vec_isa_ok")
 # per size: the models, each tree's paths, and the processes of each warm kind per round
 MODELS = {"quick": ("gpt2",), "full": ("llama",), "long": ("gpt2", "llama", "gemma2")}
 PATHS = {
@@ -64,6 +63,18 @@ def measure(name: str, path: str, device: str) -> dict:
     if path == "decoding_step":
         config.compile_decoding_step = True
     inputs = model_inputs(name, device)
+    # Whether the fork's compiled step ran the decoding steps (it falls back to the regular loop, with a
+    # `logger.info`, where it does not apply): the figure of the path is the step's only if it did
+    ran = []
+    if path == "decoding_step":
+        from transformers.generation.decoding_step import DecodingStep
+
+        def run(step, *args, run=DecodingStep.run):
+            result = run(step, *args)
+            ran.append(result is not None)
+            return result
+
+        DecodingStep.run = run
     _sync(device)
     cpu_start = _cpu_seconds()
     first, _, _ = _timed_generate(model, inputs, device, config)
@@ -72,6 +83,7 @@ def measure(name: str, path: str, device: str) -> dict:
     return {
         "transformers_file": transformers.__file__,
         "vec_isa_ok": inductor_config.cpp.vec_isa_ok is True,
+        "step_ran": bool(ran) and all(ran) if path == "decoding_step" else None,
         "first_s": first,
         "first_cpu_s": first_cpu,
         "second_s": second,
@@ -87,13 +99,18 @@ def _child(side: str, src: Path, name: str, path: str, kind: str, cache: Path, o
     log_path = out / "logs" / f"first_call-{side}-{name}-{path}-{label}.log"
     command = [sys.executable, "-m", "bench.first_call", "--child", name, path, "--json", str(json_path)]
     command += ["--device", args.device]
-    env = dict(os.environ)
+    # inductor's and dynamo's settings of this process do not reach the measure (one that disables a cache would make
+    # the warm processes cold), but for those set here
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("TORCHINDUCTOR_", "TORCH_COMPILE_", "TORCHDYNAMO_")) and key != "TRITON_CACHE_DIR"
+    }
     env["PYTHONPATH"] = os.pathsep.join([str(src), str(ROOT / "utils")])
     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
     env["OMP_NUM_THREADS"] = str(args.threads)
-    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    env.pop("TORCHINDUCTOR_VEC_ISA_OK", None)
     if kind.endswith("vec_isa_ok"):
         env["TORCHINDUCTOR_VEC_ISA_OK"] = "1"
     with open(log_path, "w", encoding="utf-8") as log:
@@ -101,7 +118,14 @@ def _child(side: str, src: Path, name: str, path: str, kind: str, cache: Path, o
     if code != 0:
         tail = "\n".join(log_path.read_text(encoding="utf-8").splitlines()[-15:])
         raise RuntimeError(f"first call of {side} {name} {path} ({kind}) failed (exit status {code}):\n{tail}")
-    return json.loads(json_path.read_text(encoding="utf-8"))
+    result = json.loads(json_path.read_text(encoding="utf-8"))
+    if not Path(result["transformers_file"]).resolve().is_relative_to((src / "transformers").resolve()):
+        raise RuntimeError(f"first call of {side}: imported {result['transformers_file']}, not the tree under {src}")
+    if result["step_ran"] is False:
+        raise RuntimeError(
+            f"first call of {side} {name} {path} ({kind}): the compiled step did not run (see {log_path})"
+        )
+    return result
 
 
 def run(trees: dict[str, Path], out: Path, args, size: str, rounds: int) -> dict:
@@ -122,9 +146,11 @@ def run(trees: dict[str, Path], out: Path, args, size: str, rounds: int) -> dict
                     entry = found["models"].setdefault(name, {}).setdefault(side, {}).setdefault(path, {})
                     cache = Path(tempfile.mkdtemp(prefix=f"bench-first-call-{side}-"))
                     try:
-                        sequence = ["cold", *["warm"] * repeats, "primer_vec_isa_ok", *["warm_vec_isa_ok"] * repeats]
-                        for kind in sequence:
-                            label = f"{kind}-{round_ + 1}-{len(entry.get(kind, [])) + 1}"
+                        sequence = ["cold", *["warm"] * repeats]
+                        if args.device == "cpu":  # inductor's check of the CPU's instruction sets: on CPU only
+                            sequence += ["primer_vec_isa_ok", *["warm_vec_isa_ok"] * repeats]
+                        for index, kind in enumerate(sequence):
+                            label = f"{kind}-{round_ + 1}-{sequence[: index + 1].count(kind)}"
                             print(f"bench: first call, {side} {name} {path} {label} ...", end=" ", flush=True)
                             result = _child(side, src, name, path, kind, cache, out, args, label)
                             entry.setdefault(kind, []).append(round(result["first_s"], 4))

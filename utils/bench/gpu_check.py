@@ -4,8 +4,8 @@ For each tree (each in its own process, the trees alternating as in `make bench`
 with a static cache passed in, along three paths: generate's own compile (`CompileConfig()`, `mode="reduce-overhead"`),
 the docs' recipe (`model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)`) and, on the
 fork, the compiled decoding step (`compile_decoding_step=True`). Per path it reports the time per token (the least
-over `--calls` calls of the difference between a long and a short call, so the prefill and the first step cancel
-out), the CUDA-graph recordings, replays and runs outside a graph of cudagraph trees per token (counted by wrapping
+difference between a long and a short call, each the least over `--calls` calls, so that the prefill and the first
+step cancel out), the CUDA-graph recordings, replays and runs outside a graph of cudagraph trees per token (counted by wrapping
 their tree manager's methods), cudagraph skips, and the synchronizations per decoding step that
 `torch.cuda.set_sync_debug_mode("warn")` reports. `--device cpu` runs the same code with no device calls (no
 recordings, no sync mode), which `utils/tests/test_bench.py` runs. Writes `results.json` and `table.md` into
@@ -119,7 +119,9 @@ def worker(device: str, models: list[str], calls: int) -> dict:
 
             for new_tokens in (LONG, SHORT, LONG):  # compile, record, warm up
                 run(new_tokens)
-            per_token = min(run(LONG) - run(SHORT) for _ in range(calls)) / (LONG - SHORT)
+            # each length at its fastest over the calls: a stall only ever adds time to one of them
+            long_s, short_s = min(run(LONG) for _ in range(calls)), min(run(SHORT) for _ in range(calls))
+            per_token = (long_s - short_s) / (LONG - SHORT)
             counts = {}
             for new_tokens in (LONG, SHORT):
                 with CudaGraphCounts() as counted:

@@ -332,10 +332,13 @@ def _decode(model: str, side: str, runs: list[dict], warnings: list[str]) -> tup
 def first_call_summary(found: dict | None) -> dict | None:
     """`bench.first_call.run`'s figures: per model, tree, path and kind (cold, warm, warm_vec_isa_ok), the least
     and the most of its processes' first calls (wall and CPU time, s) and how many ran; per model and path run on
-    both trees, the ratio of the least (fork / pristine) and, for the cold compiles, whether the trees' ranges
-    overlap (a verdict only from 3 cold compiles per tree or more whose ranges do not)."""
+    both trees, the ratio of the least (fork / pristine) and the cold compiles' verdict by their CPU times: None
+    below 3 processes per tree, else "fork faster" or "pristine faster" where the trees' ranges do not overlap, or
+    "ranges overlap"."""
     if not found:
         return None
+    if "status" in found:  # the first line of the error that stopped them
+        return {"status": found["status"], "models": {}}
     summary: dict = {"torch_version": found.get("torch_version"), "models": {}}
     for model, sides in found["models"].items():
         entry = summary["models"][model] = {}
@@ -355,9 +358,14 @@ def first_call_summary(found: dict | None) -> dict | None:
             }
             up, fork = by_side["upstream"].get("cold_cpu"), by_side["fork"].get("cold_cpu")
             if up and fork:
-                apart = fork["most"] < up["least"] or up["most"] < fork["least"]
-                enough = min(up["processes"], fork["processes"]) >= 3
-                by_side["cold_verdict"] = bool(apart and enough)
+                if min(up["processes"], fork["processes"]) < 3:
+                    by_side["cold_verdict"] = None
+                elif fork["most"] < up["least"]:
+                    by_side["cold_verdict"] = "fork faster"
+                elif up["most"] < fork["least"]:
+                    by_side["cold_verdict"] = "pristine faster"
+                else:
+                    by_side["cold_verdict"] = "ranges overlap"
     return summary
 
 
@@ -723,7 +731,9 @@ def table(results: dict) -> str:
         parts.append(
             _grid("6. consecutive generate calls after a dynamo reset (ms, medians; call 1 compiles)", header, rows)
         )
-    if results.get("first_call"):
+    if (results.get("first_call") or {}).get("status"):
+        parts.append(f"8. the first generate of a new process (bench.first_call): {results['first_call']['status']}")
+    elif results.get("first_call"):
         rows = []
         for model, paths in results["first_call"]["models"].items():
             for path, by_side in paths.items():
@@ -731,19 +741,19 @@ def table(results: dict) -> str:
                     figures = by_side.get(side)
                     if figures:
                         cells = [
-                            f"{_fmt(figures[kind]['least'], 2)} [{_fmt(figures[kind]['most'], 2)}] "
-                            f"x{figures[kind]['processes']}"
+                            f"{figures[kind]['least']:.2f} [{figures[kind]['most']:.2f}] x{figures[kind]['processes']}"
                             if kind in figures
                             else "-"
                             for kind in ("cold", "cold_cpu", "warm", "warm_vec_isa_ok")
                         ]
-                        rows.append([f"{model} {path} {side}", *cells])
+                        verdict = by_side.get("cold_verdict", "-") if side == "fork" else ""
+                        rows.append([f"{model} {path} {side}", *cells, verdict or "no verdict"])
         parts.append(
             _grid(
                 "8. the first generate of a new process (bench.first_call), s, least [most] xprocesses: cold (an "
                 "empty inductor cache; wall, then CPU time), warm (the cache the cold one wrote), and warm with "
-                "TORCHINDUCTOR_VEC_ISA_OK=1",
-                ["", "cold", "cold CPU", "warm", "warm, VEC_ISA_OK=1"],
+                "TORCHINDUCTOR_VEC_ISA_OK=1; the cold compiles' verdict (3 per tree or more, their CPU times' ranges apart)",
+                ["", "cold", "cold CPU", "warm", "warm, VEC_ISA_OK=1", "cold compiles"],
                 rows,
             )
         )
