@@ -8,6 +8,7 @@ from unittest import mock
 
 import torch
 from parameterized import parameterized
+from test_stopping_guards import HostEvent  # a device event stand-in
 
 from transformers import CompileConfig, GPT2Config, GPT2LMHeadModel, StaticCache
 from transformers.generation.decoding_step import DecodingStep
@@ -15,19 +16,6 @@ from transformers.generation.utils import DeferredStopCheck
 
 
 NEW_TOKENS = 8
-
-
-class HostEvent:
-    """A device event stand-in, so that the deferred check runs on CPU."""
-
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def record(self):
-        pass
-
-    def synchronize(self):
-        pass
 
 
 def _model():

@@ -23,6 +23,19 @@ class NeverStop(StoppingCriteria):
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
+class HostEvent:
+    """A device event stand-in, so that the deferred check also runs on CPU."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def record(self):
+        pass
+
+    def synchronize(self):
+        pass
+
+
 def _tiny_model(name, max_positions=64):
     torch.manual_seed(0)
     common = {"vocab_size": 99, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": None}
@@ -103,16 +116,6 @@ class StoppingGuardsTest(unittest.TestCase):
 
     def test_deferred_stop_check(self):
         # Guard: the deferred check reads the stop flag one step late, whether the criteria could stop or not
-        class HostEvent:  # a device event stand-in, so that the deferred check also runs on CPU
-            def __init__(self, *args, **kwargs):
-                pass
-
-            def record(self):
-                pass
-
-            def synchronize(self):
-                pass
-
         model = _tiny_model("gpt2")
         eos = self._generate(model).sequences[0, PROMPT + 2].item()
         for eos_token_id in (None, eos):
