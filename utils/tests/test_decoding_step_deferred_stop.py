@@ -8,11 +8,10 @@ from unittest import mock
 
 import torch
 from parameterized import parameterized
-from test_stopping_guards import HostEvent  # a device event stand-in
+from test_stopping_guards import forced_deferred_stop_check
 
 from transformers import CompileConfig, GPT2Config, GPT2LMHeadModel, StaticCache
 from transformers.generation.decoding_step import DecodingStep
-from transformers.generation.utils import DeferredStopCheck
 
 
 NEW_TOKENS = 8
@@ -59,11 +58,7 @@ class DeferredStopCheckDecodingStepTest(unittest.TestCase):
         expected = _generate(model, False, **kwargs())
         run, ran = DecodingStep.run, []
         with (
-            mock.patch.object(DeferredStopCheck, "is_supported", return_value=True),
-            mock.patch("torch.Event", HostEvent),
-            mock.patch.object(
-                DeferredStopCheck, "finish", autospec=True, side_effect=DeferredStopCheck.finish
-            ) as finish,
+            forced_deferred_stop_check() as finish,
             mock.patch.object(
                 DecodingStep, "run", autospec=True, side_effect=lambda *a: ran.append(run(*a)) or ran[-1]
             ),

@@ -2,6 +2,7 @@
 for 2-D and 3-D `input_ids`, eos stopping and padding, a streamer, the warning past `max_position_embeddings`, and
 `DeferredStopCheck` forced on CPU. Each holds on pristine 5.25.0 too."""
 
+import contextlib
 import unittest
 from unittest import mock
 
@@ -34,6 +35,17 @@ class HostEvent:
 
     def synchronize(self):
         pass
+
+
+@contextlib.contextmanager
+def forced_deferred_stop_check():
+    """`generate` with `DeferredStopCheck` on CPU (upstream uses it on MPS only): yields the mock of its `finish`."""
+    with (
+        mock.patch.object(DeferredStopCheck, "is_supported", return_value=True),
+        mock.patch("torch.Event", HostEvent),
+        mock.patch.object(DeferredStopCheck, "finish", autospec=True, side_effect=DeferredStopCheck.finish) as finish,
+    ):
+        yield finish
 
 
 def _tiny_model(name, max_positions=64):
@@ -120,13 +132,7 @@ class StoppingGuardsTest(unittest.TestCase):
         eos = self._generate(model).sequences[0, PROMPT + 2].item()
         for eos_token_id in (None, eos):
             expected = self._generate(model, eos_token_id=eos_token_id)
-            with (
-                mock.patch.object(DeferredStopCheck, "is_supported", return_value=True),
-                mock.patch("torch.Event", HostEvent),
-                mock.patch.object(
-                    DeferredStopCheck, "finish", autospec=True, side_effect=DeferredStopCheck.finish
-                ) as finish,
-            ):
+            with forced_deferred_stop_check() as finish:
                 out = self._generate(model, eos_token_id=eos_token_id)
             self.assertEqual(finish.call_count, 1)
             torch.testing.assert_close(out.sequences, expected.sequences, rtol=0, atol=0)
