@@ -27,7 +27,7 @@ from pathlib import Path
 from forktool.common import ROOT
 
 from . import first_call, publish, report
-from .trees import fork_tree, pristine_tree
+from .trees import fork_tree, imports_tree, pristine_tree, tree_env
 
 
 SCENARIOS = ("decode", "calls", "recompiles", "tracing", "mask_matrix", "first_call")
@@ -159,15 +159,7 @@ def side_command(
     if args.quick:
         command.append("--quick")
     command += ["--only", ",".join(scenarios if scenarios is not None else selected_scenarios(args))]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(src), str(ROOT / "utils")])
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # One thread for torch's ops and the kernels inductor generates (see utils/bench/README.md: with two, each op
-    # waits for both, and on a busy machine one of them is often descheduled).
-    env["OMP_NUM_THREADS"] = str(args.threads)
-    # Compile in the side's process: no pool of inductor workers left competing with the timed calls for the cores.
-    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-    return command, env
+    return command, tree_env(src, args.threads)
 
 
 def side_compile_mode(device: str) -> str:
@@ -186,10 +178,6 @@ def check_device(device: str) -> None:
         raise BenchError(
             "--device cuda: CUDA is not available to this interpreter (torch.cuda.is_available() is False)"
         )
-
-
-def _inside(file: str, src: Path) -> bool:
-    return Path(file).resolve().is_relative_to((src / "transformers").resolve())
 
 
 def _minutes(seconds: float) -> str:
@@ -218,7 +206,7 @@ def run_one(
         tail = "\n".join(log_path.read_text(encoding="utf-8").splitlines()[-15:])
         raise BenchError(f"the {side} side failed (exit status {code}); its log {log_path} ends with:\n{tail}")
     result = json.loads(json_path.read_text(encoding="utf-8"))
-    if not _inside(result["transformers_file"], src):
+    if not imports_tree(result["transformers_file"], src):
         raise BenchError(f"the {side} side imported {result['transformers_file']}, not the tree under {src}")
     result.update(raw=str(json_path.relative_to(out)), log=str(log_path.relative_to(out)))
     return result, wall

@@ -11,10 +11,11 @@ process and of the compilers and probes it waited for). Per round, tree and path
 - `warm_vec_isa_ok` (as often), after one `primer_vec_isa_ok` process: the same with `TORCHINDUCTOR_VEC_ISA_OK=1`.
   In every new process, inductor's C++ backend first checks which vector instruction sets of those the CPU lists it
   can use (`torch/_inductor/cpu_vec_isa.py`, `VecISA.check_build`): for each, it loads a small library built with
-  its flags (built once into the cache) in a new Python process. The variable tells inductor to trust the CPU's flags instead (where
-  the compiler or the loader cannot use them, compiling then fails rather than falling back to scalar code). It is
-  part of inductor's configuration, which keys the FX graph cache: the primer writes the entries these processes
-  find, as a user's first run with the variable would (it recompiles the graphs, not the C++ kernels it finds).
+  its flags (built once into the cache) in a new Python process. The variable tells inductor to trust the CPU's
+  flags instead (where the compiler or the loader cannot use them, compiling then fails rather than falling back to
+  scalar code). It is part of inductor's configuration, which keys the FX graph cache: the primer writes the entries
+  these processes find, as a user's first run with the variable would (it recompiles the graphs, not the C++
+  kernels it finds).
   On CUDA nothing of this runs, and neither do these processes.
 
 The rounds alternate the trees (pristine first); each figure is the least over the processes. `--long` runs three
@@ -95,22 +96,21 @@ def _child(side: str, src: Path, name: str, path: str, kind: str, cache: Path, o
     """One process: its measure (a RuntimeError with its log's end when it fails)."""
     from forktool.common import ROOT
 
+    from .trees import imports_tree, tree_env
+
     json_path = out / "raw" / f"first_call-{side}-{name}-{path}-{label}.json"
     log_path = out / "logs" / f"first_call-{side}-{name}-{path}-{label}.log"
     command = [sys.executable, "-m", "bench.first_call", "--child", name, path, "--json", str(json_path)]
     command += ["--device", args.device]
     # inductor's and dynamo's settings of this process do not reach the measure (one that disables a cache would make
     # the warm processes cold), but for those set here
-    env = {
+    environ = {
         key: value
         for key, value in os.environ.items()
         if not key.startswith(("TORCHINDUCTOR_", "TORCH_COMPILE_", "TORCHDYNAMO_")) and key != "TRITON_CACHE_DIR"
     }
-    env["PYTHONPATH"] = os.pathsep.join([str(src), str(ROOT / "utils")])
+    env = tree_env(src, args.threads, environ)
     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
-    env["OMP_NUM_THREADS"] = str(args.threads)
-    env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
     if kind.endswith("vec_isa_ok"):
         env["TORCHINDUCTOR_VEC_ISA_OK"] = "1"
     with open(log_path, "w", encoding="utf-8") as log:
@@ -119,7 +119,7 @@ def _child(side: str, src: Path, name: str, path: str, kind: str, cache: Path, o
         tail = "\n".join(log_path.read_text(encoding="utf-8").splitlines()[-15:])
         raise RuntimeError(f"first call of {side} {name} {path} ({kind}) failed (exit status {code}):\n{tail}")
     result = json.loads(json_path.read_text(encoding="utf-8"))
-    if not Path(result["transformers_file"]).resolve().is_relative_to((src / "transformers").resolve()):
+    if not imports_tree(result["transformers_file"], src):
         raise RuntimeError(f"first call of {side}: imported {result['transformers_file']}, not the tree under {src}")
     if result["step_ran"] is False:
         raise RuntimeError(

@@ -51,6 +51,25 @@ def fork_tree(root: Path = ROOT) -> Path:
     return root
 
 
+def tree_env(src: Path, threads: int, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a process that measures the tree under `src` (`environ`, by default this process's, with):
+    `PYTHONPATH` the tree first, then `utils/`; `threads` threads for torch's ops and the kernels inductor generates
+    (see utils/bench/README.md: with two, each op waits for both, and on a busy machine one of them is often
+    descheduled); inductor compiling in the process, unless set otherwise (no pool of workers left competing with the
+    timed calls for the cores)."""
+    env = dict(os.environ if environ is None else environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(src), str(ROOT / "utils")])
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env["OMP_NUM_THREADS"] = str(threads)
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    return env
+
+
+def imports_tree(file: str, src: Path) -> bool:
+    """Whether `file` (a process's `transformers.__file__`) is in the tree under `src`."""
+    return Path(file).resolve().is_relative_to((src / "transformers").resolve())
+
+
 def run_rounds(
     module: str, sources: dict[str, Path], rounds: int, out: Path, tmp: Path, worker_args: list[str]
 ) -> dict[str, list[dict]]:
