@@ -27,7 +27,7 @@ from pathlib import Path
 from forktool.common import ROOT
 
 from . import first_call, publish, report
-from .trees import fork_tree, imports_tree, pristine_tree, tree_env
+from .trees import fork_tree, pristine_tree, run_measure, tree_env
 
 
 SCENARIOS = ("decode", "calls", "recompiles", "tracing", "mask_matrix", "first_call")
@@ -196,18 +196,13 @@ def run_one(
     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
     start = time.perf_counter()
     try:
-        with open(log_path, "w", encoding="utf-8") as log:
-            code = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+        result = run_measure(command, env, json_path, log_path, src, f"the {side} side")
+    except RuntimeError as e:
+        raise BenchError(str(e)) from None
     finally:
         if fresh:
             shutil.rmtree(cache, ignore_errors=True)
     wall = time.perf_counter() - start
-    if code != 0:
-        tail = "\n".join(log_path.read_text(encoding="utf-8").splitlines()[-15:])
-        raise BenchError(f"the {side} side failed (exit status {code}); its log {log_path} ends with:\n{tail}")
-    result = json.loads(json_path.read_text(encoding="utf-8"))
-    if not imports_tree(result["transformers_file"], src):
-        raise BenchError(f"the {side} side imported {result['transformers_file']}, not the tree under {src}")
     result.update(raw=str(json_path.relative_to(out)), log=str(log_path.relative_to(out)))
     return result, wall
 

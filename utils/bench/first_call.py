@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -93,10 +92,9 @@ def measure(name: str, path: str, device: str) -> dict:
 
 
 def _child(side: str, src: Path, name: str, path: str, kind: str, cache: Path, out: Path, args, label: str) -> dict:
-    """One process: its measure (a RuntimeError with its log's end when it fails)."""
-    from forktool.common import ROOT
-
-    from .trees import imports_tree, tree_env
+    """One process: its measure (a RuntimeError when it fails, imports another tree or, on the step's path, does not
+    run the step)."""
+    from .trees import run_measure, tree_env
 
     json_path = out / "raw" / f"first_call-{side}-{name}-{path}-{label}.json"
     log_path = out / "logs" / f"first_call-{side}-{name}-{path}-{label}.log"
@@ -113,14 +111,7 @@ def _child(side: str, src: Path, name: str, path: str, kind: str, cache: Path, o
     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
     if kind.endswith("vec_isa_ok"):
         env["TORCHINDUCTOR_VEC_ISA_OK"] = "1"
-    with open(log_path, "w", encoding="utf-8") as log:
-        code = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
-    if code != 0:
-        tail = "\n".join(log_path.read_text(encoding="utf-8").splitlines()[-15:])
-        raise RuntimeError(f"first call of {side} {name} {path} ({kind}) failed (exit status {code}):\n{tail}")
-    result = json.loads(json_path.read_text(encoding="utf-8"))
-    if not imports_tree(result["transformers_file"], src):
-        raise RuntimeError(f"first call of {side}: imported {result['transformers_file']}, not the tree under {src}")
+    result = run_measure(command, env, json_path, log_path, src, f"the first call of {side} {name} {path} ({kind})")
     if result["step_ran"] is False:
         raise RuntimeError(
             f"first call of {side} {name} {path} ({kind}): the compiled step did not run (see {log_path})"

@@ -70,6 +70,23 @@ def imports_tree(file: str, src: Path) -> bool:
     return Path(file).resolve().is_relative_to((src / "transformers").resolve())
 
 
+def run_measure(
+    command: list[str], env: dict[str, str], json_path: Path, log_path: Path, src: Path, what: str
+) -> dict:
+    """Runs one measuring process from the repository's root, its output into `log_path`, and returns the JSON it
+    wrote into `json_path`, checked to come from the tree under `src` (a RuntimeError naming `what` otherwise: its exit
+    status and its log's end, or the tree it imported)."""
+    with open(log_path, "w", encoding="utf-8") as log:
+        code = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+    if code != 0:
+        tail = "\n".join(log_path.read_text(encoding="utf-8").splitlines()[-15:])
+        raise RuntimeError(f"{what} failed (exit status {code}); its log {log_path} ends with:\n{tail}")
+    result = json.loads(json_path.read_text(encoding="utf-8"))
+    if not imports_tree(result["transformers_file"], src):
+        raise RuntimeError(f"{what} imported {result['transformers_file']}, not the tree under {src}")
+    return result
+
+
 def run_rounds(
     module: str, sources: dict[str, Path], rounds: int, out: Path, tmp: Path, worker_args: list[str]
 ) -> dict[str, list[dict]]:
