@@ -293,20 +293,22 @@ class TimedForward:
         self.cpu_calls.append((cpu_start, time.process_time() - cpu_start))
 
     def time_eager_calls(self, model) -> None:
-        """Also time the calls of `model` that run eagerly (hooks, which do nothing in a compiled call): generate's
-        own compilation runs the prefill eagerly, and the decoding steps through the compiled call timed by `self`."""
-        started = []
+        """Also time the calls of `model` that run eagerly: generate's own compilation runs the prefill eagerly, and
+        the decoding steps through the compiled call timed by `self`. The model's forward is wrapped on the instance,
+        doing nothing more where dynamo traces it (no module hook: with one, the fork's compiled decoding step runs the
+        regular loop)."""
+        forward = model.forward
 
-        def before(module, args, kwargs):
-            if not torch.compiler.is_compiling():
-                started.append(self.begin(args, kwargs))
+        @functools.wraps(forward)
+        def timed_forward(*args, **kwargs):
+            if torch.compiler.is_compiling():
+                return forward(*args, **kwargs)
+            started = self.begin(args, kwargs)
+            output = forward(*args, **kwargs)
+            self.end(started)
+            return output
 
-        def after(module, args, kwargs, output):
-            if not torch.compiler.is_compiling():
-                self.end(started.pop())
-
-        model.register_forward_pre_hook(before, with_kwargs=True)
-        model.register_forward_hook(after, with_kwargs=True)
+        model.forward = timed_forward
 
 
 class RecompileLog(logging.Handler):
@@ -510,6 +512,42 @@ def _timed_generate(model, inputs: dict, device: str, config: GenerationConfig) 
     return time.perf_counter() - start, time.process_time() - cpu_start, start
 
 
+def time_decoding_steps(model, timer: TimedForward) -> None:
+    """Time each call of the fork's compiled decoding step (its two compiled functions, `checked` for the first step
+    of a call and `fast` for the later ones) as a forward of `timer`, recording the masks of its inputs."""
+    compiled_step = model._get_compiled_decoding_step
+
+    def timed_compiled_step(compile_config):
+        compiled = compiled_step(compile_config)
+        if not getattr(compiled, "_timed", False):
+            functions = compiled.functions
+
+            def timed_functions(configuration):
+                step_functions = functions(configuration)
+                for name in ("checked", "fast"):
+                    function = getattr(step_functions, name)
+                    if not getattr(function, "_timed", False):
+                        setattr(step_functions, name, _timed_step(function, timer))
+                return step_functions
+
+            compiled.functions, compiled._timed = timed_functions, True
+        return compiled
+
+    model._get_compiled_decoding_step = timed_compiled_step
+
+
+def _timed_step(function, timer: TimedForward):
+    def timed_step(*args, **kwargs):
+        # (model, model_inputs, ...): `timer` records the masks of the step's inputs as a forward's
+        started = timer.begin((), args[1])
+        output = function(*args, **kwargs)
+        timer.end(started)
+        return output
+
+    timed_step._timed = True
+    return timed_step
+
+
 def decode_path(name: str, device: str, sizes: dict, path: str, decoding: str | None = None) -> dict:
     """`generate` with a static cache, greedy or in one of `DECODE_CONFIGS` (`decoding`), compiled along one of
     `DECODE_PATHS` or with the compiled decoding step (`path="decoding_step"`), timed as in `decode` (a first call
@@ -543,21 +581,7 @@ def decode_path(name: str, device: str, sizes: dict, path: str, decoding: str | 
 
         model.get_compiled_call = timed_compiled_call
         if path == "decoding_step":
-            compiled_step = model._get_compiled_decoding_step
-
-            def timed_compiled_step(compile_config):
-                step = compiled_step(compile_config)
-
-                def timed_step(*args, **kwargs):
-                    # (model, model_inputs, ...): `timer` records the masks of the step's inputs as a forward's
-                    started = timer.begin((), args[1])
-                    output = step(*args, **kwargs)
-                    timer.end(started)
-                    return output
-
-                return timed_step
-
-            model._get_compiled_decoding_step = timed_compiled_step
+            time_decoding_steps(model, timer)
     run = functools.partial(_timed_generate, model, model_inputs(name, device), device, config)
     first, _, _ = run()
     result = summarize_runs(timed_runs(run, timer, sizes["new_tokens"], sizes["repeats"]), timer)

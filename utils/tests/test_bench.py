@@ -743,27 +743,31 @@ def test_host_ab_table_gives_each_tree_its_least_host_time_and_ratio_to_pristine
         host_ab.main(["--after", "99"])
 
 
-def test_guards_table_gives_each_tree_its_least_times_and_what_skipping_the_guards_saves():
+def test_guards_table_gives_each_tree_its_least_times_and_evaluations():
     from bench import guards
 
     def run(guarded, skipped, step=None, evaluation_us=90):
         evaluation = {"evaluated_guards": 500, "evaluation_us": evaluation_us, "config_reads": 13}
         found = {"gpt2 compile_config": {"guards": guarded, "skipped": skipped, **evaluation}}
         if step is not None:
-            found["gpt2 decoding_step"] = {"guards": step, "skipped": step - 100}
+            found["gpt2 decoding_step"] = {
+                "guards": step, "all_guards": step + 50, "skipped": step - 10,
+                "evaluated_guards": 90, "evaluation_us": 4, "config_reads": 0,
+                "evaluated_guards_checked": 600, "evaluation_us_checked": evaluation_us, "config_reads_checked": 13,
+            }  # fmt: skip
         return found
 
     results = {
         "pristine": [run(900, 800), run(950, 780, evaluation_us=80)],
-        "fork": [run(600, 500, 450), run(620, 480, 430)],
+        "fork": [run(600, 500, 450), run(620, 480, 430, evaluation_us=70)],
     }
     assert guards.table(list(results), results).splitlines() == [
-        "| tree | entry | us per token | guards skipped | saved by skipping the guards "
-        "| one evaluation of the guards: guards / us / config reads |",
-        "|---|---|---|---|---|---|",
-        "| pristine | gpt2 compile_config | 900 | 780 | 120 | 500 / 80 / 13 |",
-        "| fork | gpt2 compile_config | 600 | 480 | 120 | 500 / 90 / 13 |",
-        "| fork | gpt2 decoding_step | 430 | 330 | 100 | - |",
+        "| tree | entry | us per token | with all guards at every step | every guard skipped "
+        "| one evaluation of the guards of a later step: guards / us / config reads | of a call's first step |",
+        "|---|---|---|---|---|---|---|",
+        "| pristine | gpt2 compile_config | 900 | - | 780 | 500 / 80 / 13 | - |",
+        "| fork | gpt2 compile_config | 600 | - | 480 | 500 / 70 / 13 | - |",
+        "| fork | gpt2 decoding_step | 430 | 480 | 420 | 90 / 4 / 0 | 600 / 70 / 13 |",
     ]
 
 
