@@ -7,7 +7,9 @@ fork, the compiled decoding step (`compile_decoding_step=True`). Per path it rep
 difference between a long and a short call, each the least over `--calls` calls, so that the prefill and the first
 step cancel out), the CUDA-graph recordings, replays and runs outside a graph of cudagraph trees per token (counted by wrapping
 their tree manager's methods), cudagraph skips, and the synchronizations per decoding step that
-`torch.cuda.set_sync_debug_mode("warn")` reports. `--device cpu` runs the same code with no device calls (no
+`torch.cuda.set_sync_debug_mode("warn")` reports; then the CUDA-graph recordings of each of `CONSECUTIVE_CALLS` consecutive
+calls with the cache passed in (reset before each, as a caller keeps one to keep its addresses) and with
+`cache_implementation="static"` (a new cache at every call, upstream's way). `--device cpu` runs the same code with no device calls (no
 recordings, no sync mode), which `utils/tests/test_bench.py` runs. Writes `results.json` and `table.md` into
 `bench-out/gpu-<timestamp>/` (or `--out`).
 """
@@ -31,6 +33,7 @@ from .trees import fork_tree, pristine_tree, run_rounds
 PATHS = ("compile_config", "recipe", "decoding_step")
 MODELS = ("llama", "gemma2")
 LONG, SHORT = 48, 16  # new tokens of the long and the short call: their difference is what a token costs
+CONSECUTIVE_CALLS = 5
 
 
 class CudaGraphCounts:
@@ -130,8 +133,23 @@ def worker(device: str, models: list[str], calls: int) -> dict:
             steps = LONG - SHORT
             skips_before = torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]
             syncs = [_syncs(device, lambda n=n: run(n)) for n in (LONG, SHORT)]
+            # Consecutive calls, as a caller makes them: with the cache passed in (reset), and with
+            # `cache_implementation="static"` (a new cache at every call); the recordings of each call
+            recordings = {}
+            for cache_kind in ("passed cache", "new static cache"):
+                recordings[cache_kind] = []
+                for _ in range(CONSECUTIVE_CALLS):
+                    with CudaGraphCounts() as counted:
+                        if cache_kind == "passed cache":
+                            run(SHORT)
+                        else:
+                            config.max_new_tokens, config.cache_implementation = SHORT, "static"
+                            model.generate(input_ids, attention_mask=mask, generation_config=config)
+                            config.cache_implementation = None
+                    recordings[cache_kind].append(counted.counts["recordings"])
             found[f"{name} {path}"] = {
                 "ms_per_token": 1e3 * per_token,
+                **{f"recordings per call, {kind}": counts for kind, counts in recordings.items()},
                 **{
                     f"{what} per token": (counts[LONG][what] - counts[SHORT][what]) / steps
                     for what in CudaGraphCounts.METHODS.values()

@@ -840,4 +840,6 @@ def test_gpu_check_runs_both_trees_up_to_the_device_calls(tmp_path):
         assert isinstance(figures["ms_per_token"], float)  # a figure, not a timing checked (a stall moves it)
         assert figures["recordings per token"] == figures["replays per token"] == 0  # no CUDA graph on the CPU
         assert figures["syncs per step"] is None
+        assert figures["recordings per call, passed cache"] == figures["recordings per call, new static cache"]
+        assert figures["recordings per call, passed cache"] == [0] * 5
     assert "| gpt2 decoding_step | - / " in (out / "table.md").read_text()
