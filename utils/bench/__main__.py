@@ -30,9 +30,10 @@ from . import first_call, publish, report
 from .trees import fork_tree, pristine_tree, run_measure, tree_env
 
 
-SCENARIOS = ("decode", "calls", "recompiles", "tracing", "mask_matrix", "first_call")
+SCENARIOS = ("decode", "size", "calls", "recompiles", "tracing", "mask_matrix", "first_call")
 CHILD_SCENARIOS = SCENARIOS[:-1]  # as bench.scenarios.SCENARIOS; first_call runs its own processes (bench.first_call)
-LONG_SCENARIOS = ("calls",)  # run with --long (or --quick, or when named in --only)
+# run with --long (or --quick, or when named in --only): not what the headline's verdicts read
+LONG_SCENARIOS = ("calls", "first_call")
 REPEATED = ("decode", "calls")  # timed again in every run; the others are counts and matrices, run once per tree
 RERUNS_PER_RUN = 2  # a run is run again at most this many times after stalls
 # Rough durations of a run, in seconds, on the project's 2 cores with no other work, for the first line's estimate:
@@ -191,12 +192,17 @@ def run_one(
     inductor cache to use (None: a fresh one, removed afterwards)."""
     json_path, log_path = out / "raw" / f"{name}.json", out / "logs" / f"{name}.log"
     command, env = side_command(side, src, json_path, args, scenarios)
+    started = time.perf_counter()
+
+    def on_progress(what: str) -> None:
+        print(f"bench:   {what} ({time.perf_counter() - started:.0f} s in)", flush=True)
+
     fresh = cache is None
     cache = cache or Path(tempfile.mkdtemp(prefix="bench-inductor-"))
     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
     start = time.perf_counter()
     try:
-        result = run_measure(command, env, json_path, log_path, src, f"the {side} side")
+        result = run_measure(command, env, json_path, log_path, src, f"the {side} side", on_progress)
     except RuntimeError as e:
         raise BenchError(str(e)) from None
     finally:
@@ -260,7 +266,7 @@ def run_sides(args: argparse.Namespace, trees: dict[str, Path], out: Path) -> tu
 
     def run(side: str, rep: int, scenarios: list[str], label: str, attempt: int) -> dict:
         name = f"{side}-{rep}" + (f"-rerun{attempt}" if attempt else "")
-        print(f"bench: {label} ...", end=" ", flush=True)
+        print(f"bench: {label} ...", flush=True)
         result, wall = run_one(side, name, trees[side], scenarios, args, out, caches[side])
         share = report.stall_share(result)
         found = report.stalled(result)
@@ -293,7 +299,9 @@ def run_sides(args: argparse.Namespace, trees: dict[str, Path], out: Path) -> tu
             share = 100 * summary["stall_share"]
             stalled = f", stalled ({share:.0f}% of its decode time)" if summary["stalled"] else ""
             print(
-                f"{summary['wall_s']:.1f} s{stalled}" + (f" (about {_minutes(left)} left)" if left else ""), flush=True
+                f"bench: run {rep + 1}/{args.reps} {side}: {summary['wall_s']:.1f} s{stalled}"
+                + (f" (about {_minutes(left)} left)" if left else ""),
+                flush=True,
             )
         for rerun in range(args.reruns):
             slot = next_rerun(runs)
@@ -316,7 +324,7 @@ def run_sides(args: argparse.Namespace, trees: dict[str, Path], out: Path) -> tu
             else:
                 summary["used"] = results[-1]["used"] = False
                 verdict = f"stalled as much or more ({100 * summary['stall_share']:.0f}%), the first one kept"
-            print(f"{summary['wall_s']:.1f} s, {verdict}", flush=True)
+            print(f"bench: rerun {rerun + 1}: {summary['wall_s']:.1f} s, {verdict}", flush=True)
         still = [runs[index] for index in kept.values() if runs[index]["stalled"]]
         if still and "decode" in selected_scenarios(args):
             names = ", ".join(f"{run['side']} run {run['rep'] + 1}" for run in still)
@@ -439,6 +447,12 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report.table(aggregated))
     print()
+    if results_warnings := aggregated.get("warnings"):
+        (out / "warnings.txt").write_text("\n".join(results_warnings) + "\n", encoding="utf-8")
+    goals = publish.render_goals(aggregated)
+    if goals:
+        print("\n".join(goals))
+        print()
     if args.publish and publish.main([str(out)]) != 0:
         return 2
     minutes, seconds = divmod(round(aggregated["wall_s"]), 60)

@@ -282,7 +282,8 @@ def _first_with(runs: list[dict], side: str, scenario: str) -> dict | None:
 
 def _decode(model: str, side: str, runs: list[dict], warnings: list[str]) -> tuple[dict, dict]:
     """One side's decode and compile-cost entries of one model from its runs."""
-    used = [r for r in runs if r["side"] == side and r.get("used", True) and "decode" in r["scenarios"]]
+    # (the size models are timed in a tree's first run only)
+    used = [r for r in runs if r["side"] == side and r.get("used", True) and model in r["scenarios"].get("decode", {})]
     side_runs = [r["scenarios"]["decode"][model] for r in used]
     failed = _failure(side_runs)
     if failed:
@@ -388,6 +389,8 @@ def aggregate(runs: list[dict], meta: dict) -> dict:
         for side in SIDES
     }
     del results["tree_src"]
+    # each model's layers and hidden size (as the runs give them)
+    results["model_shapes"] = next((r["model_shapes"] for r in runs if r.get("model_shapes")), None)
     # the first calls' processes, as bench.first_call gives them (kept for --reaggregate), and their summary
     results["first_call_raw"] = results.pop("first_call", None)
     results["first_call"] = first_call_summary(results["first_call_raw"])
@@ -758,8 +761,26 @@ def table(results: dict) -> str:
             )
         )
     if results.get("warnings"):
-        parts.append("\n".join(f"WARNING: {warning}" for warning in results["warnings"]))
-    return "\n\n".join(parts)
+        found = results["warnings"]
+        kinds = {}
+        for warning in found:
+            kind = "spread" if "spread by more than" in warning else "stalls" if "stalled" in warning else "other"
+            kinds[kind] = kinds.get(kind, 0) + 1
+        shown = ", ".join(f"{kind} {count}" for kind, count in kinds.items())
+        parts.append(f"{len(found)} warnings ({shown}): the list is in the run's warnings.txt")
+    return "\n\n".join(_numbered(parts))
+
+
+def _numbered(parts: list[str]) -> list[str]:
+    """The parts with their numbered tables (`N. title`) numbered again in the order they are printed."""
+    numbered, n = [], 0
+    for part in parts:
+        head, sep, rest = part.partition(". ")
+        if head.isdigit() and sep:
+            n += 1
+            part = f"{n}. {rest}"
+        numbered.append(part)
+    return numbered
 
 
 # ---- the plot ------------------------------------------------------------------------------------------------

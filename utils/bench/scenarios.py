@@ -63,7 +63,7 @@ SIZES = {
         "calls": 5,
     },
 }
-SCENARIOS = ["decode", "calls", "recompiles", "tracing", "mask_matrix"]
+SCENARIOS = ["decode", "size", "calls", "recompiles", "tracing", "mask_matrix"]
 MODELS = {"quick": ["gpt2"], "full": ["gpt2", "llama", "gemma2", "gemma3"]}
 # Gemma 3 multimodal (`Gemma3ForConditionalGeneration`, as its instruction checkpoints load): these prompt tokens are
 # one image's tokens, of the image given as pixel values
@@ -81,6 +81,14 @@ DECODE_PATHS = ["compile_config", "recipe"]
 STEP_MODELS = ["gpt2", "llama", "gemma2"]
 # Deep models timed in the greedy configuration only, with the step, generate's own compile and the hand-written loop
 DEEP_STEP_MODELS = ["llama16"]
+# A model of the size users run on CPU (SmolLM2-135M's shape, random weights), timed in a tree's first run only (the
+# `size` scenario: its compiles take minutes), greedy, with generate's own compile and the step: where the host's work
+# per token is a small part of the forward's, what the gains of the tiny models become
+SIZE_MODELS = ["llama135m"]
+# Each model's layers and hidden size (the results name them)
+MODEL_SHAPES = {
+    "gpt2": (2, 32), "llama": (2, 32), "gemma2": (2, 32), "gemma3": (2, 32), "llama16": (16, 32), "llama135m": (30, 576),
+}  # fmt: skip
 # The decoding configurations users run, timed beside the greedy one with the same compiled forward: the model's
 # key in the results is `<model> <configuration>`. Each has an eos token, which `min_new_tokens` keeps from being
 # generated, so that the calls run to length: the min-length logits processors and the eos stopping criterion run
@@ -177,6 +185,14 @@ def tiny_model(name: str, device: str, attn_implementation: str = "sdpa", **kwar
     elif name in ("llama", "llama16"):
         # `llama16`: the same with 16 layers, where what a decoding step costs outside its kernels shows its depth
         config = LlamaConfig(**{**sizes, "num_hidden_layers": 16 if name == "llama16" else 2}, **common, **kwargs)
+        model_class = LlamaForCausalLM
+    elif name == "llama135m":
+        # SmolLM2-135M's shape: 30 layers, hidden 576, 9 heads, 3 KV heads, vocab 49152
+        shape = {
+            "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+            "num_key_value_heads": 3, "max_position_embeddings": 128,
+        }  # fmt: skip
+        config = LlamaConfig(**shape, **{**common, "vocab_size": 49152}, tie_word_embeddings=True, **kwargs)
         model_class = LlamaForCausalLM
     elif name == "gemma2":
         config = Gemma2Config(**sizes, **gemma, **common, **kwargs)
@@ -1008,6 +1024,11 @@ def mask_matrix(device: str) -> dict:
 # ---- the side's process --------------------------------------------------------------------------------------
 
 
+def progress(what: str) -> None:
+    """A line the driver shows while the process runs (`bench: ... <what>`)."""
+    print(f"progress: {what}", flush=True)
+
+
 def run_side(side: str, quick: bool, device: str, only: list[str] | None = None) -> dict:
     size = "quick" if quick else "full"
     sizes = SIZES[size]
@@ -1027,12 +1048,16 @@ def run_side(side: str, quick: bool, device: str, only: list[str] | None = None)
         "inductor_cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
         "inductor_cache_cold": cold_cache,
         "torch_threads": torch.get_num_threads(),
+        "model_shapes": {
+            name: {"layers": layers, "hidden_size": hidden} for name, (layers, hidden) in MODEL_SHAPES.items()
+        },
         "scenarios": {},
     }
     scenarios = result["scenarios"]
     timings = result["scenario_wall_s"] = {}  # where the run's time goes
 
     def timed(name: str, measure):
+        progress(name)
         start = time.perf_counter()
         scenarios[name] = measure()
         timings[name] = time.perf_counter() - start
@@ -1041,6 +1066,7 @@ def run_side(side: str, quick: bool, device: str, only: list[str] | None = None)
         start = time.perf_counter()
         scenarios["decode"], scenarios["compile_cost"] = {}, {}
         for name in MODELS[size]:
+            progress(f"decode {name}")
             measured = guarded(decode, name, device, mode, sizes, cold_cache)
             scenarios["decode"][name] = measured.get("decode", measured)
             scenarios["compile_cost"][name] = measured.get("compile_cost", measured)
@@ -1058,10 +1084,19 @@ def run_side(side: str, quick: bool, device: str, only: list[str] | None = None)
                     scenarios["decode"][key] = guarded(decode_path, name, device, sizes, "decoding_step", config_name)
                 scenarios["decode"][f"{name} handwritten"] = guarded(handwritten, name, device, sizes)
         for name in DEEP_STEP_MODELS if size == "full" else []:
+            progress(f"decode {name}")
             for path in ("compile_config", "decoding_step"):
                 scenarios["decode"][f"{name} {path}"] = guarded(decode_path, name, device, sizes, path)
             scenarios["decode"][f"{name} handwritten"] = guarded(handwritten, name, device, sizes)
         timings["decode"] = time.perf_counter() - start
+    if "size" in selected and size == "full":
+        start = time.perf_counter()
+        found = scenarios.setdefault("decode", {})
+        for name in SIZE_MODELS:
+            for path in ("compile_config", "decoding_step"):
+                progress(f"{name} {path}")
+                found[f"{name} {path}"] = guarded(decode_path, name, device, sizes, path)
+        timings["size"] = time.perf_counter() - start
     if "calls" in selected:
         timed("calls", lambda: {name: guarded(calls, name, device, mode, sizes) for name in MODELS[size]})
     if "recompiles" in selected:

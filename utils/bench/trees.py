@@ -71,13 +71,21 @@ def imports_tree(file: str, src: Path) -> bool:
 
 
 def run_measure(
-    command: list[str], env: dict[str, str], json_path: Path, log_path: Path, src: Path, what: str
+    command: list[str], env: dict[str, str], json_path: Path, log_path: Path, src: Path, what: str, on_progress=None
 ) -> dict:
-    """Runs one measuring process from the repository's root, its output into `log_path`, and returns the JSON it
-    wrote into `json_path`, checked to come from the tree under `src` (a RuntimeError naming `what` otherwise: its exit
-    status and its log's end, or the tree it imported)."""
+    """Runs one measuring process from the repository's root, its output into `log_path` (each of its `progress: `
+    lines also to `on_progress`, as it comes), and returns the JSON it wrote into `json_path`, checked to come from the
+    tree under `src` (a RuntimeError naming `what` otherwise: its exit status and its log's end, or the tree it
+    imported)."""
     with open(log_path, "w", encoding="utf-8") as log:
-        code = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+        process = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, text=True, bufsize=1
+        )
+        for line in process.stdout:
+            log.write(line)
+            if on_progress is not None and line.startswith("progress: "):
+                on_progress(line[len("progress: ") :].strip())
+        code = process.wait()
     if code != 0:
         tail = "\n".join(log_path.read_text(encoding="utf-8").splitlines()[-15:])
         raise RuntimeError(f"{what} failed (exit status {code}); its log {log_path} ends with:\n{tail}")

@@ -58,18 +58,24 @@ def test_quick_mode_writes_table_json_and_plot(quick_run):
     stdout, out = quick_run
     last_line = stdout.strip().splitlines()[-1]
     assert last_line.startswith("bench: wrote ") and str(out) in last_line
+    # numbered in the order they are printed
     sections = (
         "1. decode loop",
-        "2. over the decode steps",
-        "3. compile cost",
-        "4. tracing",
-        "5. GPT2",
-        "6. consecutive",
-        "7. the compiled decoding step",
+        "2. compile cost",
+        "3. the compiled decoding step",
+        "4. over the decode steps",
+        "5. tracing",
+        "6. GPT2",
+        "7. consecutive",
         "8. the first generate of a new process",
     )
-    for section in sections:
-        assert section in stdout
+    positions = [stdout.index(f"\n{section}") for section in sections]
+    assert positions == sorted(positions)
+    # a line per scenario of each process as it runs, the goals after the tables, the warnings in the run's folder
+    assert "bench:   decode gpt2 (" in stdout and "bench:   tracing (" in stdout
+    assert stdout.index("The project's goals:") > positions[-1]
+    if (out / "warnings.txt").exists():
+        assert "warnings (" in stdout and "WARNING:" not in stdout
     # one run per tree cannot give a verdict, and its table says so
     assert "NO VERDICT" in stdout
     assert (out / "decode.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
