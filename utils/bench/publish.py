@@ -588,6 +588,8 @@ def render_goals(results: dict) -> list[str]:
 
 
 BLOCKS = {"headline": render_headline, "table": render_table}
+# The file each block is in: the headline on the README's first screen, the full table in the benchmark's page
+BLOCK_FILES = {"headline": Path("README.md"), "table": Path("docs") / "bench.md"}
 
 
 def replace_block(text: str, name: str, body: str) -> str:
@@ -608,9 +610,10 @@ def block(text: str, name: str) -> str | None:
     return text.split(start, 1)[1].split(end, 1)[0]
 
 
-def render_readme(text: str, results: dict) -> str:
-    for name, render in BLOCKS.items():
-        text = replace_block(text, name, render(results))
+def render_readme(text: str, results: dict, names=BLOCKS) -> str:
+    """`text` with the blocks `names` (all by default) rendered from `results`."""
+    for name in names:
+        text = replace_block(text, name, BLOCKS[name](results))
     return text
 
 
@@ -639,9 +642,12 @@ def publish(run: Path, root: Path = ROOT) -> list[Path]:
     if results.get("plot"):
         shutil.copyfile(run / results["plot"], root / PLOT)
         written.append(root / PLOT)
-    readme = root / "README.md"
-    readme.write_text(render_readme(readme.read_text(encoding="utf-8"), results), encoding="utf-8")
-    return [*written, readme]
+    for path in sorted(set(BLOCK_FILES.values())):
+        names = [name for name, where in BLOCK_FILES.items() if where == path]
+        text = (root / path).read_text(encoding="utf-8")
+        (root / path).write_text(render_readme(text, results, names), encoding="utf-8")
+        written.append(root / path)
+    return written
 
 
 def out_of_sync(root: Path = ROOT) -> list[str]:
@@ -651,8 +657,11 @@ def out_of_sync(root: Path = ROOT) -> list[str]:
         raise PublishError(
             f"{RESULTS} has schema version {results.get('schema_version')}, not {SCHEMA_VERSION}: publish a run"
         )
-    text = (root / "README.md").read_text(encoding="utf-8")
-    return [name for name, render in BLOCKS.items() if block(text, name) != render(results)]
+    return [
+        name
+        for name, render in BLOCKS.items()
+        if block((root / BLOCK_FILES[name]).read_text(encoding="utf-8"), name) != render(results)
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -666,7 +675,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.check:
             stale = out_of_sync()
             for name in stale:
-                print(f"bench.publish: README.md's `bench:{name}` block differs from {RESULTS}", file=sys.stderr)
+                print(
+                    f"bench.publish: {BLOCK_FILES[name]}'s `bench:{name}` block differs from {RESULTS}",
+                    file=sys.stderr,
+                )
             return 1 if stale else 0
         for path in publish((args.run or latest_run()).resolve()):
             print(f"bench: updated {path.relative_to(ROOT)}")
