@@ -37,15 +37,15 @@ LONG_SCENARIOS = ("calls", "first_call")
 REPEATED = ("decode", "calls")  # timed again in every run; the others are counts and matrices, run once per tree
 RERUNS_PER_RUN = 2  # a run is run again at most this many times after stalls
 # Rough durations of a run, in seconds, on the project's 2 cores with no other work, for the first line's estimate:
-# a tree's first run (a cold compile of every model along each compile path, then every scenario), a later run
-# (decode on a warm cache, and a rerun), with --long a run (cold compiles, decode, consecutive calls), with --quick a
-# run; and the first calls (bench.first_call: processes of their own, after the runs). The estimate multiplies them
-# by (load + cores) / (2 cores) when that is above 1. `make bench` took 19 min 8 s from a load average of 0.8
-# (2026-12-05 15:32: first runs 325 and 317 s, later ones 68-86 s, no rerun, the first calls about 185 s); `make bench-quick`,
-# 3 min 46 s (15:53, load 0.4: its runs 60 and 77 s, its first calls 80 s).
+# a tree's first run (a cold compile of every model along each compile path, the size row, then every scenario), a
+# later run (decode on a warm cache, and a rerun), with --long a run (cold compiles, decode, consecutive calls), with
+# --quick a run; and the first calls (bench.first_call: processes of their own, after the runs; --long and --quick
+# only). The estimate multiplies them by (load + cores) / (2 cores) when that is above 1. Fitted on `make bench`'s run
+# of 2026-12-06 05:43 (load 0.5: first runs 400 and 505 s, later ones 89-99 s, a rerun 80 s), less what the
+# scenarios shed after it (the size row's timed calls, the full attention models' graph counts, 2 of 11 repeats).
 ESTIMATE_S = {
-    "first": 330.0,
-    "later": 80.0,
+    "first": 400.0,
+    "later": 85.0,
     "long": 630.0,
     "quick": 80.0,
     "first_call": 190.0,
@@ -72,7 +72,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--reruns",
         type=int,
         default=None,
-        help="at most this many runs are run again after their decode stalled (default: 2, or 0 with --quick)",
+        help="at most this many runs are run again after their decode stalled (default: 1, or 0 with --quick)",
     )
     parser.add_argument("--threads", type=int, default=1, help="torch's threads in each run (default: 1)")
     parser.add_argument(
@@ -98,7 +98,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.reps is None:
         args.reps = 1 if args.quick else 3
     if args.reruns is None:
-        args.reruns = 0 if args.quick else 2
+        args.reruns = 0 if args.quick else 1
     if args.reps < 1:
         parser.error("--reps must be at least 1")
     if args.reruns < 0 or args.threads < 1:
