@@ -145,15 +145,20 @@ def lines_for_size(decode: dict, results: dict, model: str = "llama135m") -> str
     shape = (results.get("model_shapes") or {}).get(model, {})
     up, fork = regular["upstream"].get("ms_per_token_floor"), regular["fork"].get("ms_per_token_floor")
     now = step["fork"].get("ms_per_token_floor")
+    hosts = [entry.get("host_ms_per_token_floor") for entry in (regular["upstream"], step["fork"])]
     ratio = now / up if up and now else None
+    saved = (hosts[0] - hosts[1]) / up if up and all(_number(h) for h in hosts) else None
     return (
         f"\nAt a size users run on CPU, a Llama of SmolLM2-135M's shape ({shape.get('layers', '?')} layers, hidden "
-        f"{shape.get('hidden_size', '?')}, random weights; one run per tree), time per token: pristine's "
-        f"`CompileConfig()` {_num(up)} ms, the fork's {_num(fork)} ms, the compiled step {_num(now)} ms "
-        f"(**{_x(ratio)}** of pristine's). There the forward's kernels take almost all of a token's time, and what "
-        "the fork saves, the host's work around the forward (tens of microseconds per token), is a few percent at "
-        "most; the tiny models above, where the host's work is most of a token, show the regime of a GPU running a "
-        "small model, where kernels are fast (unmeasured until a GPU runs `make bench-gpu`)."
+        f"{shape.get('hidden_size', '?')}, random weights; one run per tree, so no verdict), time per token: "
+        f"pristine's `CompileConfig()` {_num(up)} ms, the fork's {_num(fork)} ms, the compiled step {_num(now)} ms "
+        f"(**{_x(ratio)}** of pristine's). There the forward's kernels take almost all of a token's time: the host's "
+        f"work around them is {_num(hosts[0])} ms per token in pristine's loop and {_num(hosts[1])} ms with the step, "
+        f"so what the step saves on the host is {100 * saved:.1f}% of a token, within what a single run's kernels vary. "
+        "The tiny models above, where the host's work is most of a token, show the regime of a GPU running a small "
+        "model, where kernels are fast (unmeasured until a GPU runs `make bench-gpu`)."
+        if saved is not None
+        else ""
     )
 
 
