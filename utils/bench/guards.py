@@ -113,16 +113,12 @@ def worker(models: list[str], calls: int) -> dict:
 
             variants = {"guards": contextlib.nullcontext, "skipped": _skipped}
             if path == "decoding_step":
-                from transformers.generation.decoding_step import CompiledDecodingStep, _StepFunctions
+                from transformers.generation.decoding_step import _StepFunctions
 
                 @contextlib.contextmanager
                 def all_guards():
-                    # The later steps run the function of the call's first step, which evaluates all guards (and keep
-                    # their functions, which the step drops after a call where the two ran other graphs)
-                    with (
-                        mock.patch.object(_StepFunctions, "one_graph_each", False),
-                        mock.patch.object(CompiledDecodingStep, "drop"),
-                    ):
+                    # The later steps run the function of the call's first step, which evaluates all guards
+                    with mock.patch.object(_StepFunctions, "one_graph_each", False):
                         yield
 
                 variants["all_guards"] = all_guards

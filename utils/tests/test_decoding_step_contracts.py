@@ -23,6 +23,7 @@ from transformers import (
     StaticCache,
     TopKLogitsWarper,
 )
+from transformers.generation import decoding_step
 from transformers.generation import utils as generation_utils
 from transformers.generation.decoding_step import DecodingStep
 
@@ -161,3 +162,17 @@ class DecodingStepContractsTest(unittest.TestCase):
         expected = _generate(model, False, compiled_forward=True, **SAMPLING)
         output = self._step_runs(model, **SAMPLING)
         self.assertSameOutputs(output, expected)
+
+    def test_configurations_past_the_limit_run_the_regular_loop(self):
+        # A model keeps the compiled functions of `_MAX_CONFIGURATIONS` configurations for its life (dynamo keeps the
+        # graphs of dropped ones): a call in another one runs the regular loop after a warning, and those it keeps run
+        model = _model()
+        with mock.patch.object(decoding_step, "_MAX_CONFIGURATIONS", 1):
+            self._step_runs(model)
+            with self.assertLogs("transformers.generation.decoding_step", level="WARNING") as logs:
+                output = _generate(model, True, **SAMPLING)
+            self.assertIn("compiled the step for 1 configurations", "\n".join(logs.output))
+            expected = _generate(model, False, **SAMPLING)
+            self.assertTrue(torch.equal(output.sequences, expected.sequences))
+            torch.testing.assert_close(torch.stack(output.scores), torch.stack(expected.scores), rtol=1e-5, atol=1e-5)
+            self._step_runs(model)
