@@ -1,4 +1,4 @@
-"""The compiled decoding step (patch 22) as a user meets it: a tiny Llama (2 layers, hidden 32, vocab 128), the default
+"""The compiled decoding step (patch 24) as a user meets it: a tiny Llama (2 layers, hidden 32, vocab 128), the default
 `CompileConfig()` (inductor), on CPU, `compile_decoding_step=True` as the one option asked for. Each case is one the step
 must give the regular loop's result for, through the public API:
 

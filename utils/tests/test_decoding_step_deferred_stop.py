@@ -1,4 +1,4 @@
-"""The compiled decoding step (patch 22) with `DeferredStopCheck`, which reads the stop flag one step late on devices
+"""The compiled decoding step (patch 24) with `DeferredStopCheck`, which reads the stop flag one step late on devices
 with events (upstream enables it on MPS): forced on CPU, the step gives the regular loop's tokens and scores, and the
 check's extra step is undone, as in the regular loop."""
 

@@ -1,5 +1,5 @@
 """PaliGemma 2 (patch 10) with the rest of the series: decoding past its sliding window with generate's compiled forward
-is one graph (patch 18), with the dynamic cache's tokens."""
+is one graph (patch 19), with the dynamic cache's tokens."""
 
 import unittest
 

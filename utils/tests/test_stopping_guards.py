@@ -1,4 +1,4 @@
-"""Guards of `generate`'s stopping around the length-limit skip (patch 16), kept in the fork's suite: the list's result
+"""Guards of `generate`'s stopping around the length-limit skip (patch 17), kept in the fork's suite: the list's result
 for 2-D and 3-D `input_ids`, eos stopping and padding, a streamer, the warning past `max_position_embeddings`, and
 `DeferredStopCheck` forced on CPU. Each holds on pristine 5.25.0 too."""
 
