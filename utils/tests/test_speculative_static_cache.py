@@ -1,0 +1,140 @@
+"""Assisted and prompt lookup decoding with a static cache (patches 13 and 20), the broad matrix: full attention,
+sliding window and mixed models, windows shorter and longer than the prompt, prompt lookup and an assistant, a static
+and a passed cache, eager and compiled, seeded speculative sampling, a cache used again; each against the dynamic
+cache's tokens and scores. And what patch 20 leaves alone: a user's subclass with its own `update`, the hybrid linear
+and sliding window layer, a cache without past recording."""
+
+import itertools
+import unittest
+
+import torch
+from parameterized import parameterized
+
+from transformers import (
+    CompileConfig,
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    StaticCache,
+)
+from transformers.cache_utils import LinearAttentionAndStaticSlidingWindowAttentionLayer, StaticSlidingWindowLayer
+
+
+PROMPTS = {
+    "repeating": [[5, 6, 7, 8, 5, 6, 7, 8, 5, 6]],
+    "short": [[3, 4, 5, 3, 4]],
+    "no_repeat": [[9, 10, 11, 12, 13, 14, 15]],
+}
+GENERATE_KWARGS = {"eos_token_id": None, "pad_token_id": 0, "return_dict_in_generate": True, "output_scores": True}
+
+
+def _model(model_type, window=4, num_hidden_layers=2):
+    torch.manual_seed(0)
+    kwargs = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
+    kwargs |= {"num_hidden_layers": num_hidden_layers, "vocab_size": 128}
+    if model_type == "llama":
+        return LlamaForCausalLM(LlamaConfig(**kwargs)).eval()
+    if model_type == "mistral":
+        return MistralForCausalLM(MistralConfig(sliding_window=window, **kwargs)).eval()
+    return Gemma2ForCausalLM(Gemma2Config(sliding_window=window, head_dim=8, **kwargs)).eval()
+
+
+def _generate(model, prompt, candidates, cache, max_new_tokens, window=4, seed=None, **kwargs):
+    input_ids = torch.tensor(PROMPTS[prompt])
+    if candidates == "prompt_lookup":
+        kwargs["prompt_lookup_num_tokens"] = 3
+    else:
+        kwargs["assistant_model"] = _model(model.config.model_type, window, num_hidden_layers=1)
+    if cache == "static":
+        kwargs["cache_implementation"] = "static"
+    elif cache == "passed":
+        kwargs["cache"] = StaticCache(config=model.config, max_cache_len=input_ids.shape[1] + max_new_tokens + 5)
+    if seed is not None:
+        torch.manual_seed(seed)
+    return model.generate(input_ids, max_new_tokens=max_new_tokens, **kwargs, **GENERATE_KWARGS)
+
+
+def _compile_config():
+    config = CompileConfig(fullgraph=True)
+    config._compile_all_devices = True
+    return config
+
+
+CASES = [
+    (model_type, window, prompt, candidates, cache)
+    for model_type, window, prompt, candidates, cache in itertools.product(
+        ["llama", "mistral", "gemma2"], [4, 16], PROMPTS, ["prompt_lookup", "assistant"], ["static", "passed"]
+    )
+    if not (model_type == "llama" and window == 16)
+]
+
+
+class SpeculativeStaticCacheTest(unittest.TestCase):
+    def assert_same_outputs(self, outputs, expected):
+        self.assertEqual(outputs.sequences.tolist(), expected.sequences.tolist())
+        self.assertEqual(len(outputs.scores), len(expected.scores))
+        for scores, expected_scores in zip(outputs.scores, expected.scores):
+            torch.testing.assert_close(scores, expected_scores)
+
+    @parameterized.expand(CASES)
+    def test_static_cache_gives_the_dynamic_cache_outputs(self, model_type, window, prompt, candidates, cache):
+        model = _model(model_type, window)
+        expected = _generate(model, prompt, candidates, "dynamic", 12, window, do_sample=False)
+        outputs = _generate(model, prompt, candidates, cache, 12, window, do_sample=False)
+        self.assert_same_outputs(outputs, expected)
+
+    @parameterized.expand([("llama", "prompt_lookup"), ("mistral", "assistant"), ("gemma2", "prompt_lookup")])
+    def test_compiled_static_cache_gives_the_dynamic_cache_outputs(self, model_type, candidates):
+        model = _model(model_type)
+        expected = _generate(model, "repeating", candidates, "dynamic", 20, do_sample=False)
+        outputs = _generate(
+            model, "repeating", candidates, "static", 20, do_sample=False, compile_config=_compile_config()
+        )
+        self.assert_same_outputs(outputs, expected)
+
+    @parameterized.expand([("mistral",), ("gemma2",)])
+    def test_seeded_speculative_sampling(self, model_type):
+        model = _model(model_type)
+        expected = _generate(model, "repeating", "assistant", "dynamic", 16, seed=3, do_sample=True)
+        outputs = _generate(model, "repeating", "assistant", "static", 16, seed=3, do_sample=True)
+        self.assert_same_outputs(outputs, expected)
+
+    def test_passed_cache_used_again_for_a_compiled_regular_call(self):
+        # The cache keeps recording after assisted decoding, as a dynamic sliding window layer does
+        model = _model("mistral")
+        input_ids = torch.tensor(PROMPTS["repeating"])
+        cache = StaticCache(config=model.config, max_cache_len=40)
+        kwargs = {"max_new_tokens": 16, "do_sample": False, "eos_token_id": None, "pad_token_id": 0}
+        model.generate(input_ids, prompt_lookup_num_tokens=3, cache=cache, **kwargs)
+        cache.reset()
+        outputs = model.generate(input_ids, cache=cache, compile_config=_compile_config(), **kwargs)
+        expected = model.generate(input_ids, cache=StaticCache(config=model.config, max_cache_len=40), **kwargs)
+        self.assertEqual(outputs.tolist(), expected.tolist())
+
+
+class RollbackLeftAloneTest(unittest.TestCase):
+    def test_subclass_with_its_own_update_does_not_record(self):
+        class Layer(StaticSlidingWindowLayer):
+            def update(self, key_states, value_states, *args, **kwargs):
+                return super().update(key_states, value_states, *args, **kwargs)
+
+        layer = Layer(max_cache_len=32, sliding_window=4)
+        layer.activate_past_recording()
+        self.assertFalse(layer.is_croppable)
+        layer.update(torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8))
+        self.assertIsNone(layer._rollback)
+
+    def test_hybrid_layer_does_not_record_its_attention_states(self):
+        layer = LinearAttentionAndStaticSlidingWindowAttentionLayer(32, 4)
+        layer.activate_past_recording(recurrent_states_to_keep=3)
+        layer.update(torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8))
+        self.assertIsNone(layer._rollback)
+
+    def test_without_past_recording_nothing_is_kept(self):
+        layer = StaticSlidingWindowLayer(max_cache_len=32, sliding_window=4)
+        self.assertFalse(layer.is_croppable)
+        layer.update(torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8))
+        self.assertIsNone(layer._rollback)
