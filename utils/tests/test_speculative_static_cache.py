@@ -138,3 +138,13 @@ class RollbackLeftAloneTest(unittest.TestCase):
         self.assertFalse(layer.is_croppable)
         layer.update(torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8))
         self.assertIsNone(layer._rollback)
+
+    def test_below_the_window_crop_moves_the_length_back_as_before(self):
+        # Nothing was evicted: removing more tokens than the last update wrote is pristine's subtraction, no error
+        layer = StaticSlidingWindowLayer(max_cache_len=32, sliding_window=4)
+        layer.activate_past_recording()
+        states = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8)
+        layer.update(states[0][:, :, :2], states[1][:, :, :2])
+        layer.update(states[0][:, :, 2:], states[1][:, :, 2:])
+        layer.crop(-3)
+        self.assertEqual(layer.get_seq_length(), 0)
