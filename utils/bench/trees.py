@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -20,7 +21,9 @@ def pristine_tree(root: Path = ROOT, bench_dir: Path | None = None) -> Path:
     """The pristine upstream tree `<bench_dir>/upstream-<version>/`, extracted from the verified sdist once.
 
     Idempotent: a `.complete` marker holding the sdist's sha256 says the folder is whole; a partial or stale folder
-    is replaced. The extraction goes to a temporary folder first and is renamed into place.
+    is replaced. The extraction goes to a temporary folder first and is renamed into place. Safe to call from several
+    processes at once (the tests run in parallel on a fresh clone): an exclusive lock on `<dest>.lock` makes one of
+    them extract while the others wait and then find the marker, so none removes a tree another is importing.
     """
     bench_dir = bench_dir or root / ".bench"
     upstream = read_upstream(root)
@@ -28,19 +31,27 @@ def pristine_tree(root: Path = ROOT, bench_dir: Path | None = None) -> Path:
     digest = sha256_of(sdist)
     dest = bench_dir / f"upstream-{upstream.version}"
     marker = dest / ".complete"
-    if marker.is_file() and marker.read_text(encoding="utf-8").strip() == digest:
+
+    def complete() -> bool:
+        return marker.is_file() and marker.read_text(encoding="utf-8").strip() == digest
+
+    if complete():
         return dest
     bench_dir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".upstream-{upstream.version}.", dir=bench_dir))
-    try:
-        extract_sdist(sdist, tmp)
-        (tmp / ".complete").write_text(digest + "\n", encoding="utf-8")
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
+    with open(bench_dir / f"upstream-{upstream.version}.lock", "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if complete():
+            return dest
+        tmp = Path(tempfile.mkdtemp(prefix=f".upstream-{upstream.version}.", dir=bench_dir))
+        try:
+            extract_sdist(sdist, tmp)
+            (tmp / ".complete").write_text(digest + "\n", encoding="utf-8")
+            if dest.exists():
+                shutil.rmtree(dest)
+            os.replace(tmp, dest)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp)
     return dest
 
 

@@ -5,11 +5,13 @@ import json
 import os
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from bench import __main__ as bench_main
-from bench import publish, report
+from bench import publish, report, trees
 from bench.__main__ import main, parse_args, side_command
 from bench.report import (
     COMPILE_TIMES,
@@ -583,6 +585,24 @@ def test_pristine_tree_is_extracted_once():
     before = marker.stat().st_mtime_ns
     assert pristine_tree() == tree and marker.stat().st_mtime_ns == before
     assert (tree / "src" / "transformers" / "__init__.py").is_file()
+
+
+def test_pristine_tree_is_extracted_once_by_concurrent_callers(tmp_path, monkeypatch):
+    """Tests in parallel on a fresh clone call `pristine_tree` at once: one extracts, the others wait for it and keep
+    its folder (a second extraction would remove the tree a first caller's process imports from)."""
+    extractions = []
+    real_extract = trees.extract_sdist
+
+    def slow_extract(sdist, dest):
+        extractions.append(dest)
+        time.sleep(0.5)  # the other caller arrives while this one extracts
+        real_extract(sdist, dest)
+
+    monkeypatch.setattr(trees, "extract_sdist", slow_extract)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda _: pristine_tree(bench_dir=tmp_path), range(2)))
+    assert results[0] == results[1] and len(extractions) == 1
+    assert (results[0] / "src" / "transformers" / "__init__.py").is_file()
 
 
 def test_scenarios_run_on_a_settled_heap():
