@@ -30,10 +30,11 @@ from . import first_call, publish, report
 from .trees import fork_tree, pristine_tree, run_measure, tree_env
 
 
-SCENARIOS = ("decode", "size", "calls", "recompiles", "tracing", "mask_matrix", "first_call")
+SCENARIOS = ("decode", "size", "speculative", "calls", "recompiles", "tracing", "mask_matrix", "first_call")
 CHILD_SCENARIOS = SCENARIOS[:-1]  # as bench.scenarios.SCENARIOS; first_call runs its own processes (bench.first_call)
-# run with --long (or --quick, or when named in --only): not what the headline's verdicts read
-LONG_SCENARIOS = ("calls", "first_call")
+# run with --long (or --quick, or when named in --only): not what the headline reads (the consecutive calls, the first
+# calls of new processes, and the matrices of docs/bench.md's last rows: tracing from an empty cache, GPT2's 4-D masks)
+LONG_SCENARIOS = ("calls", "tracing", "mask_matrix", "first_call")
 REPEATED = ("decode", "calls")  # timed again in every run; the others are counts and matrices, run once per tree
 RERUNS_PER_RUN = 2  # a run is run again at most this many times after stalls
 # Rough durations of a run, in seconds, on the project's 2 cores with no other work, for the first line's estimate:
@@ -89,7 +90,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         default=None,
-        help=f"comma-separated scenarios among {', '.join(SCENARIOS)} (default: all but calls, which --long adds)",
+        help=f"comma-separated scenarios among {', '.join(SCENARIOS)} (default: all but {', '.join(LONG_SCENARIOS)}, "
+        "which --long adds)",
     )
     parser.add_argument(
         "--publish", action="store_true", help="then copy the run into docs/ and the README's figures (bench.publish)"

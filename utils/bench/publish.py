@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -162,6 +163,61 @@ def lines_for_size(decode: dict, results: dict, model: str = "llama135m") -> str
     )
 
 
+def _short_error(status: str) -> str:
+    """An error's first line without the paths of the files it names (a generated kernel's differs by run)."""
+    return re.sub(r"\S*/\S+:\d+", "<file>", status)
+
+
+def lines_for_speculative(results: dict, model: str = "llama") -> str:
+    """The paragraph under the headline's table on speculative decoding (`report.speculative_summary`): per method,
+    time per token pristine -> fork (or the error), the main model's forwards, the shapes of its verification
+    forward, the graphs compiled; beside the call without speculation and the fork's compiled decoding step."""
+    summary = results.get("speculative") or {}
+    figures = {
+        method: summary.get(f"{model} speculative {method}") for method in ("none", "assistant", "prompt_lookup")
+    }
+    step = (summary.get(f"{model} speculative decoding_step") or {}).get("fork", {})
+    if not all(figures.values()) or not _ok(figures["none"]):
+        return ""
+
+    def side(entry: dict) -> str:
+        if entry["status"] != "ok":
+            return f"`{_short_error(entry['status'])}`"
+        return f"{_num(entry['ms_per_token']['floor'])} ms"
+
+    def method(name: str, label: str) -> str:
+        entry = figures[name]
+        fork = entry["fork"]
+        ratio = f" (**{_x(entry['ratio']['floor'])}**)" if entry.get("ratio") else ""
+        text = f"{label}: {side(entry['upstream'])} -> {side(fork)}{ratio}"
+        if fork["status"] == "ok":
+            text += (
+                f"; the fork's main model ran {fork['forward_calls']} forwards, its verification forward took "
+                f"{fork['decode_mask_shapes']} shapes, {fork['graphs']} graphs compiled"
+                f"{'' if fork['graphs'] == fork['graphs_first_call'] else ' (some after the first call)'}, "
+                f"{'the tokens of greedy `generate`' if fork['same_tokens'] else 'OTHER TOKENS than greedy `generate`'}"
+            )
+        return text
+
+    none, assistant, lookup = figures["none"], figures["assistant"], figures["prompt_lookup"]
+    draft = (assistant.get("fork") or {}).get("draft_tokens") or "?"
+    candidates = (lookup.get("fork") or {}).get("draft_tokens") or "?"
+    tokens = none["fork"].get("new_tokens") or "?"
+    step_text = f", and the fork's compiled decoding step {side(step)}" if step.get("status") == "ok" else ""
+    with_assistant = method(
+        "assistant", f"an assistant with the main model's weights drafting {draft} tokens a step (every one accepted)"
+    )
+    with_lookup = method("prompt_lookup", f"prompt lookup ({candidates} candidates at most)")
+    return (
+        f"\nSpeculative decoding (a tiny Llama, batch 1, greedy, {tokens} tokens, a static cache and generate's "
+        "`CompileConfig()`, a prompt that repeats itself; one run per tree, so no verdict), time per token, pristine "
+        f"-> the fork: {with_assistant}; {with_lookup}; beside them the same call without speculation "
+        f"{side(none['upstream'])} -> {side(none['fork'])}{step_text}. The verification forward's length still "
+        "changes near the end of a call (a new shape: a graph, or a `SymInt` input that CUDA graphs record once per "
+        "value)."
+    )
+
+
 def _ok_fork(entry: dict | None) -> bool:
     return bool(entry) and entry.get("fork", {}).get("status") == "ok"
 
@@ -298,6 +354,8 @@ def render_headline(results: dict) -> str:
         if f"{model} greedy" in steps and (paragraph := lines_for_depth(decode, steps, model)):
             lines += ["", paragraph.strip()]
     if paragraph := lines_for_size(decode, results):
+        lines += ["", paragraph.strip()]
+    if paragraph := lines_for_speculative(results):
         lines += ["", paragraph.strip()]
     lines += [
         "",

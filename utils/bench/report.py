@@ -22,6 +22,9 @@ DECODE_TIMES = (
 # The floors: what a stall cannot move (see `floors`); their ratios are the published ones.
 FLOOR_TIMES = ("ms_per_token", "host_ms_per_token", "forward_ms_per_token", "forward_alone_ms")
 DECODE_COUNTS = ("forward_calls", "decode_mask_shapes", "decode_mask_addresses", "cudagraph_recordings")
+# Of the speculative decoding entries (`bench.scenarios.speculative`): graphs compiled by the first call and by all,
+# whether the tokens are greedy `generate`'s without speculation; the tokens a step drafts, the tokens generated
+SPECULATIVE_COUNTS = ("graphs_first_call", "graphs", "same_tokens", "draft_tokens", "new_tokens")
 COMPILE_TIMES = ("first_generate_s", "first_generate_cpu_s", "first_forward_s")
 COMPILE_COUNTS = ("graphs", "generated_files", "generated_kb")
 SPREAD_LIMIT = 0.25  # a timing whose runs on one side spread by more, (max - min) / min, is warned about
@@ -255,7 +258,7 @@ def decoding_step_summary(decode: dict) -> dict:
     summary = {}
     for key, sides in decode.items():
         model, _, configuration = key.partition(" decoding_step")
-        if not key.startswith(f"{model} decoding_step"):
+        if not key.startswith(f"{model} decoding_step") or " speculative" in model:  # see speculative_summary
             continue
         regular = decode.get(f"{model} compile_config{configuration}", {})
         figures = {
@@ -269,6 +272,42 @@ def decoding_step_summary(decode: dict) -> dict:
         figures["step_vs_pristine"] = _step_ratio(figures["decoding_step"], figures["pristine_compile_config"])
         figures["step_vs_handwritten"] = _step_ratio(figures["decoding_step"], figures["handwritten"])
         summary[f"{model} {configuration.strip() or 'greedy'}"] = figures
+    return summary
+
+
+def speculative_summary(decode: dict) -> dict:
+    """Per `<model> speculative <method>` entry (`bench.scenarios.speculative`), per tree: ms per token (floor,
+    median, range: as `_step_figures`), the main model's forwards, the shapes its verification forward took, the
+    graphs compiled by the first call and by all, whether the tokens are greedy `generate`'s, or the error; and the
+    ratios fork / pristine, and the fork's method / the fork's call without speculation (`none`) and / its compiled
+    decoding step (`decoding_step`), by the floor (see `_step_ratio`)."""
+    summary = {}
+    for key, sides in decode.items():
+        model, _, method = key.partition(" speculative ")
+        if not method:
+            continue
+        figures = {}
+        for side in SIDES:
+            entry = sides.get(side, {})
+            if entry.get("status") != "ok":
+                figures[side] = {"status": entry.get("status", "not run")}
+                continue
+            figures[side] = {
+                "status": "ok",
+                "ms_per_token": _step_figures(entry),
+                **{name: entry.get(name) for name in ("forward_calls", "decode_mask_shapes", *SPECULATIVE_COUNTS)},
+            }
+        summary[key] = figures
+
+    def times(key: str, side: str) -> dict | None:
+        return (summary.get(key, {}).get(side) or {}).get("ms_per_token")
+
+    for key, figures in summary.items():
+        model = key.partition(" speculative ")[0]
+        fork = times(key, "fork")
+        figures["ratio"] = _step_ratio(fork, times(key, "upstream"))
+        figures["vs_none"] = _step_ratio(fork, times(f"{model} speculative none", "fork"))
+        figures["vs_decoding_step"] = _step_ratio(fork, times(f"{model} speculative decoding_step", "fork"))
     return summary
 
 
@@ -293,6 +332,8 @@ def _decode(model: str, side: str, runs: list[dict], warnings: list[str]) -> tup
         decode.update(_times(f"{side} decode.{model}", side_runs, DECODE_TIMES, warnings))
         decode.update(floors(side_runs))
         decode.update(_counts(side_runs, DECODE_COUNTS))
+        if "graphs_first_call" in side_runs[0]:
+            decode.update(_counts(side_runs, SPECULATIVE_COUNTS))
         fastest = min(side_runs, key=lambda e: e["ms_per_token"])
         decode["step_ms"] = fastest["step_ms"]
         decode["step_cpu_ms"] = fastest.get("step_cpu_ms")
@@ -423,6 +464,7 @@ def aggregate(runs: list[dict], meta: dict) -> dict:
             if contradiction:
                 warnings.append(contradiction)
         results["decoding_step"] = decoding_step_summary(results["decode"])
+        results["speculative"] = speculative_summary(results["decode"])
     calls_first = _first_with(runs, "upstream", "calls")
     if calls_first:
         results["calls"] = {}
@@ -585,6 +627,11 @@ STEP_HEADER = [
 ]  # fmt: skip
 
 
+SPECULATIVE_HEADER = [
+    "", "upstream", "upstream counts", "fork", "fork counts", "fork / upstream", "fork / none", "fork / step",
+]  # fmt: skip
+
+
 def _step_cell(figures: dict | None) -> str:
     return "" if figures is None else f"{_fmt(figures['floor'])} ({_fmt(figures['median'])})"
 
@@ -693,6 +740,32 @@ def table(results: dict) -> str:
                 "(median): pristine's and the fork's CompileConfig(), the step, the hand-written loop over the same "
                 "compiled forward (greedy); ratios by the floor (median [the range the runs allow])",
                 STEP_HEADER,
+                rows,
+            )
+        )
+    if results.get("speculative"):
+        rows = []
+        for key, figures in results["speculative"].items():
+            cells = []
+            for side in SIDES:
+                entry = figures[side]
+                if entry["status"] != "ok":
+                    cells += [entry["status"], ""]
+                    continue
+                counts = (
+                    f"{entry['forward_calls']} / {entry['decode_mask_shapes']} / {entry['graphs_first_call']}, "
+                    f"{entry['graphs']} / {'yes' if entry['same_tokens'] else 'NO'}"
+                )
+                cells += [_step_cell(entry["ms_per_token"]), counts]
+            ratios = [_step_ratio_cell(figures[name]) for name in ("ratio", "vs_none", "vs_decoding_step")]
+            rows.append([key, *cells, *ratios])
+        parts.append(
+            _grid(
+                "8. speculative decoding (batch 1, static cache, generate's CompileConfig()), ms per token, floor "
+                "(median); forwards of the main model / shapes of its verification forward / graphs after the first "
+                "call, after all / greedy tokens; ratios by the floor (median [range]): fork / upstream, and the "
+                "fork's against its call without speculation and its compiled decoding step",
+                SPECULATIVE_HEADER,
                 rows,
             )
         )

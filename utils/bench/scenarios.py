@@ -63,7 +63,7 @@ SIZES = {
         "calls": 5,
     },
 }
-SCENARIOS = ["decode", "size", "calls", "recompiles", "tracing", "mask_matrix"]
+SCENARIOS = ["decode", "size", "speculative", "calls", "recompiles", "tracing", "mask_matrix"]
 MODELS = {"quick": ["gpt2"], "full": ["gpt2", "llama", "gemma2", "gemma3"]}
 # Gemma 3 multimodal (`Gemma3ForConditionalGeneration`, as its instruction checkpoints load): these prompt tokens are
 # one image's tokens, of the image given as pixel values
@@ -85,6 +85,18 @@ DEEP_STEP_MODELS = ["llama16"]
 # `size` scenario: its compiles take minutes), greedy, with generate's own compile and the step: where the host's work
 # per token is a small part of the forward's, what the gains of the tiny models become
 SIZE_MODELS = ["llama135m"]
+# Speculative decoding (the `speculative` scenario): a tiny Llama, batch 1 (assisted decoding takes one row), greedy,
+# with a static cache and generate's own compile (`CompileConfig()`), on a prompt that repeats itself. Keys
+# `llama speculative <method>`: `assistant`, an assistant model with the main model's weights drafting
+# `ASSISTANT_TOKENS` tokens a step (a constant schedule, no confidence threshold: every candidate is accepted, so what
+# is timed is the mechanism's own cost; the assistant's own generation as its config gives it, uncompiled with a
+# dynamic cache), `prompt_lookup` (`PROMPT_LOOKUP_TOKENS` candidates at most), and beside them the same call without
+# speculation (`none`) and the fork's compiled decoding step (`decoding_step`)
+SPECULATIVE_MODEL = "llama"
+SPECULATIVE_PROMPT = [5, 6, 7, 8] * 3
+SPECULATIVE_METHODS = ["none", "assistant", "prompt_lookup", "decoding_step"]
+ASSISTANT_TOKENS = 4
+PROMPT_LOOKUP_TOKENS = 3
 # Each model's layers and hidden size (the results name them)
 MODEL_SHAPES = {
     "gpt2": (2, 32), "llama": (2, 32), "gemma2": (2, 32), "gemma3": (2, 32), "llama16": (16, 32), "llama135m": (30, 576),
@@ -115,6 +127,8 @@ RECOMPILE_CONFIGS = {
     "static_cache_dynamic_none": (True, None),
     "dynamic_cache": (False, True),
 }
+# The configurations the full run counts: the static cache's, which the README's headline and docs/bench.md read
+RECOMPILE_FULL_CONFIGS = ["static_cache", "static_cache_dynamic_none"]
 MASK_PATHS = [  # (attention, attn_implementation, reorder_and_upcast_attn)
     ("self", "eager", False),
     ("self", "eager", True),
@@ -591,20 +605,79 @@ def decode_path(name: str, device: str, sizes: dict, path: str, decoding: str | 
         # generate compiles on CUDA-like devices only, unless told otherwise
         config.compile_config._compile_all_devices = True
         # Each forward of generate goes through the compiled call it gets from the model: timed from outside it
-        compiled_call, timer = model.get_compiled_call, TimedForward(None, synchronize)
-        timer.time_eager_calls(model)
-
-        def timed_compiled_call(compile_config):
-            timer.forward = compiled_call(compile_config)
-            return timer
-
-        model.get_compiled_call = timed_compiled_call
+        timer = _timed_compiled_calls(model, synchronize)
         if path == "decoding_step":
             time_decoding_steps(model, timer)
     run = functools.partial(_timed_generate, model, model_inputs(name, device), device, config)
     first, _, _ = run()
     result = summarize_runs(timed_runs(run, timer, sizes["new_tokens"], sizes["repeats"]), timer)
     return {"status": "ok", **result, "first_generate_s": first, "graphs": counters["stats"]["unique_graphs"]}
+
+
+def _timed_compiled_calls(model, synchronize: bool) -> TimedForward:
+    """A timer of each forward of `generate` with generate's own compilation: the compiled call it gets from the model
+    (`get_compiled_call`), and the forwards that run eagerly (the prefill)."""
+    compiled_call, timer = model.get_compiled_call, TimedForward(None, synchronize)
+    timer.time_eager_calls(model)
+
+    def timed_compiled_call(compile_config):
+        timer.forward = compiled_call(compile_config)
+        return timer
+
+    model.get_compiled_call = timed_compiled_call
+    return timer
+
+
+def speculative(device: str, sizes: dict, method: str) -> dict:
+    """`generate` of `SPECULATIVE_MODEL` on `SPECULATIVE_PROMPT` with a static cache and generate's own compile, with
+    one of `SPECULATIVE_METHODS`, timed as in `decode_path` (a first call that compiles, after a dynamo reset, one
+    more to warm up, then `repeats` calls). The forwards timed are the main model's: the assistant's run in the host's
+    time. Its decode steps are not kept for the stall check (a step with an assistant holds the assistant's forwards:
+    their lengths differ by design); its floors are of the same kind as the other rows'. Also: the graphs compiled by
+    the first call and by all of them (`graphs`), the shapes the verification forward took (`decode_mask_shapes`),
+    and whether the tokens are those of greedy `generate` without speculation, uncompiled (`same_tokens`)."""
+    if method == "decoding_step" and not hasattr(GenerationConfig(), "compile_decoding_step"):
+        return {"status": "not in this tree: GenerationConfig has no compile_decoding_step"}
+    torch._dynamo.reset()
+    counters.clear()
+    new_tokens = sizes["new_tokens"]
+    model = tiny_model(SPECULATIVE_MODEL, device)
+    input_ids = torch.tensor([SPECULATIVE_PROMPT], device=device)
+    inputs = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+    expected = model.generate(**inputs, generation_config=generation_config(new_tokens, static_cache=True))
+    config = generation_config(new_tokens, static_cache=True, generate_compiles=True)
+    config.compile_config = CompileConfig()
+    # generate compiles on CUDA-like devices only, unless told otherwise
+    config.compile_config._compile_all_devices = True
+    if method == "assistant":
+        assistant = inputs["assistant_model"] = tiny_model(SPECULATIVE_MODEL, device)  # seeded: the same weights
+        assistant.generation_config.update(
+            num_assistant_tokens=ASSISTANT_TOKENS, num_assistant_tokens_schedule="constant",
+            assistant_confidence_threshold=0,
+        )  # fmt: skip
+    elif method == "prompt_lookup":
+        config.prompt_lookup_num_tokens = PROMPT_LOOKUP_TOKENS
+    elif method == "decoding_step":
+        config.compile_decoding_step = True
+    timer = _timed_compiled_calls(model, device == "cuda")
+    if method == "decoding_step":
+        time_decoding_steps(model, timer)
+    run = functools.partial(_timed_generate, model, inputs, device, config)
+    first, _, _ = run()
+    graphs_first_call = counters["stats"]["unique_graphs"]
+    result = summarize_runs(timed_runs(run, timer, new_tokens, sizes["repeats"]), timer)
+    result.update(step_ms=[], step_cpu_ms=[], timed_step_ms=[])
+    same_tokens = torch.equal(model.generate(**inputs, generation_config=config), expected)
+    graphs = counters["stats"]["unique_graphs"]
+    return {
+        "status": "ok",
+        **result,
+        "first_generate_s": first,
+        "graphs_first_call": graphs_first_call,
+        "graphs": graphs,
+        "same_tokens": same_tokens,
+        "draft_tokens": {"assistant": ASSISTANT_TOKENS, "prompt_lookup": PROMPT_LOOKUP_TOKENS}.get(method),
+    }
 
 
 def handwritten(name: str, device: str, sizes: dict) -> dict:
@@ -1101,6 +1174,13 @@ def run_side(side: str, quick: bool, device: str, only: list[str] | None = None)
                 # 3 timed calls: a call of this model takes seconds, and a tree's first run is its only one
                 found[f"{name} {path}"] = guarded(decode_path, name, device, {**sizes, "repeats": 3}, path)
         timings["size"] = time.perf_counter() - start
+    if "speculative" in selected:
+        start = time.perf_counter()
+        found = scenarios.setdefault("decode", {})
+        for method in SPECULATIVE_METHODS:
+            progress(f"{SPECULATIVE_MODEL} speculative {method}")
+            found[f"{SPECULATIVE_MODEL} speculative {method}"] = guarded(speculative, device, sizes, method)
+        timings["speculative"] = time.perf_counter() - start
     if "calls" in selected:
         timed("calls", lambda: {name: guarded(calls, name, device, mode, sizes) for name in MODELS[size]})
     if "recompiles" in selected:
@@ -1109,7 +1189,7 @@ def run_side(side: str, quick: bool, device: str, only: list[str] | None = None)
             lambda: {
                 name: {
                     config: guarded(recompiles, name, device, config, sizes["recompile_steps"])
-                    for config in RECOMPILE_CONFIGS
+                    for config in (RECOMPILE_CONFIGS if size == "quick" else RECOMPILE_FULL_CONFIGS)
                 }
                 for name in MODELS[size]
                 if size == "quick" or name in RECOMPILE_MODELS

@@ -65,11 +65,12 @@ def test_quick_mode_writes_table_json_and_plot(quick_run):
         "1. decode loop",
         "2. compile cost",
         "3. the compiled decoding step",
-        "4. over the decode steps",
-        "5. tracing",
-        "6. GPT2",
-        "7. consecutive",
-        "8. the first generate of a new process",
+        "4. speculative decoding",
+        "5. over the decode steps",
+        "6. tracing",
+        "7. GPT2",
+        "8. consecutive",
+        "9. the first generate of a new process",
     )
     positions = [stdout.index(f"\n{section}") for section in sections]
     assert positions == sorted(positions)
@@ -119,10 +120,23 @@ def test_quick_mode_json_schema(quick_run):
 
     # 1 and 3: timings (medians, minimums and maximums over the runs) are numbers, the floors and ratios next to them
     steps = {"gpt2 decoding_step", "gpt2 decoding_step eos", "gpt2 decoding_step sampling"}
+    speculative = {f"llama speculative {method}" for method in ("none", "assistant", "prompt_lookup", "decoding_step")}
     assert set(results["decode"]) == {
         "gpt2", "gpt2 eos", "gpt2 sampling", "gpt2 compile_config", "gpt2 recipe", "gpt2 compile_config eos",
-        "gpt2 compile_config sampling", "gpt2 handwritten", *steps,
+        "gpt2 compile_config sampling", "gpt2 handwritten", *steps, *speculative,
     }  # fmt: skip
+    # speculative decoding: both trees but for the step, each with the greedy tokens, its counts and its floors; the
+    # speculative summary has each method, and the decoding step's summary none of them
+    assert set(results["speculative"]) == speculative
+    for key in speculative:
+        for side in SIDES if not key.endswith("decoding_step") else ("fork",):
+            entry = results["decode"][key][side]
+            assert entry["status"] == "ok" and entry["same_tokens"] is True and entry["new_tokens"] == 8, (key, side)
+            assert isinstance(entry["ms_per_token_floor"], NUMBER) and isinstance(entry["graphs"], int), (key, side)
+            assert results["speculative"][key][side]["ms_per_token"]["floor"] == entry["ms_per_token_floor"]
+    assert results["decode"]["llama speculative assistant"]["fork"]["forward_calls"] < 8  # candidates were accepted
+    assert results["decode"]["llama speculative assistant"]["fork"]["draft_tokens"] == 4
+    assert isinstance(results["speculative"]["llama speculative assistant"]["ratio"]["floor"], NUMBER)
     # the compiled decoding step: the fork's only, its calls cut at the prefill's forward and at each step
     for key in steps:
         entry = results["decode"][key]
@@ -351,6 +365,52 @@ def test_aggregate_reports_medians_spreads_floors_and_failures():
     assert "RuntimeError: boom" in table(results)
 
 
+def _speculative_entry(ms: float, status: str = "ok", **counts) -> dict:
+    entry = {
+        "status": status, "ms_per_token_floor": ms, "ms_per_token": ms, "ms_per_token_min": ms,
+        "ms_per_token_max": ms, "forward_calls": 32, "decode_mask_shapes": 1, "graphs_first_call": 1, "graphs": 1,
+        "same_tokens": True, "draft_tokens": None, "new_tokens": 32,
+    }  # fmt: skip
+    return {**entry, **counts} if status == "ok" else {"status": status}
+
+
+def test_speculative_summary_and_its_paragraph():
+    """Each method's figures per tree, fork / upstream, and the fork's against its call without speculation and its
+    step; an error is shown as its first line without the generated kernel's path; the decoding step's summary keeps
+    to the regular loop's entries."""
+    error = "RuntimeError: kernel, /tmp/torchinductor_root/az/cazw.main.cpp:95, index out of bounds: 0 <= tmp10 < 43L"
+    decode = {
+        "llama speculative none": {"upstream": _speculative_entry(2.0), "fork": _speculative_entry(1.8)},
+        "llama speculative assistant": {
+            "upstream": _speculative_entry(3.0, draft_tokens=4),
+            "fork": _speculative_entry(2.7, draft_tokens=4, forward_calls=7, decode_mask_shapes=2, graphs=2),
+        },
+        "llama speculative prompt_lookup": {
+            "upstream": _speculative_entry(0, status=error),
+            "fork": _speculative_entry(2.4, draft_tokens=3, forward_calls=18, graphs=3),
+        },
+        "llama speculative decoding_step": {
+            "upstream": {"status": "not in this tree"},
+            "fork": _speculative_entry(0.9),
+        },
+    }
+    summary = report.speculative_summary(decode)
+    assert set(summary) == set(decode) and report.decoding_step_summary(decode) == {}
+    assistant = summary["llama speculative assistant"]
+    assert assistant["ratio"]["floor"] == pytest.approx(0.9)
+    assert assistant["vs_none"]["floor"] == pytest.approx(1.5) and assistant["vs_decoding_step"]["floor"] == 3.0
+    assert summary["llama speculative prompt_lookup"]["upstream"] == {"status": error}
+    assert summary["llama speculative prompt_lookup"]["ratio"] is None
+    paragraph = publish.lines_for_speculative({"speculative": summary})
+    assert "drafting 4 tokens a step (every one accepted): 3.000 ms -> 2.700 ms (**0.90x**)" in paragraph
+    assert "ran 7 forwards, its verification forward took 2 shapes, 2 graphs compiled (some after" in paragraph
+    assert "prompt lookup (3 candidates at most): `RuntimeError: kernel, <file>, index out of bounds" in paragraph
+    assert "without speculation 2.000 ms -> 1.800 ms, and the fork's compiled decoding step 0.900 ms" in paragraph
+    assert "/tmp/" not in paragraph and "OTHER TOKENS" not in paragraph
+    decode["llama speculative assistant"]["fork"]["same_tokens"] = False
+    assert "OTHER TOKENS" in publish.lines_for_speculative({"speculative": report.speculative_summary(decode)})
+
+
 def test_compile_cost_comes_from_cold_runs_only():
     """By default a tree's later runs reuse its inductor cache: their first call is no compile cost."""
     runs = [_synthetic_run("upstream", 1.0), _synthetic_run("fork", 2.0)]
@@ -563,7 +623,9 @@ def test_the_plot_tells_each_series_apart():
 def test_run_plan_estimate_and_first_line():
     plan = bench_main.run_plan(parse_args([]))
     assert [(rep, side) for rep, side, _ in plan] == [(rep, side) for rep in range(3) for side in SIDES]
-    assert plan[0][2] == ["decode", "size", "recompiles", "tracing", "mask_matrix"] and plan[2][2] == ["decode"]
+    # the first run of a tree: what the headline reads (tracing and the mask matrix only with --long)
+    assert plan[0][2] == ["decode", "size", "speculative", "recompiles"] and plan[2][2] == ["decode"]
+    assert "tracing" in bench_main.run_plan(parse_args(["--long"]))[0][2]
     assert bench_main.run_plan(parse_args(["--long"]))[2][2] == ["decode", "calls"]
     assert len(bench_main.run_plan(parse_args(["--only", "tracing,mask_matrix"]))) == 2
     assert bench_main.run_plan(parse_args(["--quick"]))[0][2] == list(bench_main.CHILD_SCENARIOS)
