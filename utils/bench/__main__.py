@@ -30,12 +30,14 @@ from . import first_call, publish, report
 from .trees import fork_tree, pristine_tree, run_measure, tree_env
 
 
-SCENARIOS = ("decode", "size", "speculative", "calls", "recompiles", "tracing", "mask_matrix", "first_call")
+SCENARIOS = ("decode", "depth", "size", "speculative", "calls", "recompiles", "tracing", "mask_matrix", "first_call")
 CHILD_SCENARIOS = SCENARIOS[:-1]  # as bench.scenarios.SCENARIOS; first_call runs its own processes (bench.first_call)
-# run with --long (or --quick, or when named in --only): not what the headline reads (the consecutive calls, the first
-# calls of new processes, and the matrices of docs/bench.md's last rows: tracing from an empty cache, GPT2's 4-D masks)
-LONG_SCENARIOS = ("calls", "tracing", "mask_matrix", "first_call")
-REPEATED = ("decode", "calls")  # timed again in every run; the others are counts and matrices, run once per tree
+# run with --long (or --quick, or when named in --only): not what the headline's table reads (the 16-layer model of
+# the depth goal, the consecutive calls, the first calls of new processes, and the matrices of docs/bench.md's last
+# rows: tracing from an empty cache, GPT2's 4-D masks)
+LONG_SCENARIOS = ("depth", "calls", "tracing", "mask_matrix", "first_call")
+# timed again in every run; the others (counts, matrices, the size row) run once per tree
+REPEATED = ("decode", "depth", "speculative", "calls")
 RERUNS_PER_RUN = 2  # a run is run again at most this many times after stalls
 # Rough durations of a run, in seconds, on the project's 2 cores with no other work, for the first line's estimate:
 # a tree's first run (a cold compile of every model along each compile path, the size row, then every scenario), a
@@ -316,7 +318,9 @@ def run_sides(args: argparse.Namespace, trees: dict[str, Path], out: Path) -> tu
                 f"rerun {rerun + 1}/{args.reruns}: {side} run {rep + 1}'s decode "
                 f"(stalls: {100 * before['stall_share']:.0f}% of its decode time)"
             )
-            summary = run(side, rep, ["decode"], label, attempt)
+            # the scenarios timed again in every run (the decode, and those whose entries it holds)
+            timed = [name for name in selected_scenarios(args) if name in REPEATED and name != "calls"]
+            summary = run(side, rep, timed, label, attempt)
             if summary["stall_share"] < before["stall_share"]:
                 before["used"] = results[kept[slot]]["used"] = False
                 kept[slot] = len(runs) - 1

@@ -321,8 +321,9 @@ def _first_with(runs: list[dict], side: str, scenario: str) -> dict | None:
 
 def _decode(model: str, side: str, runs: list[dict], warnings: list[str]) -> tuple[dict, dict]:
     """One side's decode and compile-cost entries of one model from its runs."""
-    # (the size models are timed in a tree's first run only)
-    used = [r for r in runs if r["side"] == side and r.get("used", True) and model in r["scenarios"].get("decode", {})]
+    # (the size models are timed in a tree's first run only: when a rerun replaced its decode, from the run itself)
+    timed = [r for r in runs if r["side"] == side and model in r["scenarios"].get("decode", {})]
+    used = [r for r in timed if r.get("used", True)] or [r for r in timed if not r.get("rerun")]
     side_runs = [r["scenarios"]["decode"][model] for r in used]
     failed = _failure(side_runs)
     if failed:

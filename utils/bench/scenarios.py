@@ -63,7 +63,7 @@ SIZES = {
         "calls": 5,
     },
 }
-SCENARIOS = ["decode", "size", "speculative", "calls", "recompiles", "tracing", "mask_matrix"]
+SCENARIOS = ["decode", "depth", "size", "speculative", "calls", "recompiles", "tracing", "mask_matrix"]
 MODELS = {"quick": ["gpt2"], "full": ["gpt2", "llama", "gemma2", "gemma3"]}
 # Gemma 3 multimodal (`Gemma3ForConditionalGeneration`, as its instruction checkpoints load): these prompt tokens are
 # one image's tokens, of the image given as pixel values
@@ -80,6 +80,7 @@ DECODE_PATHS = ["compile_config", "recipe"]
 # `prepare_inputs_for_generation` keeps it in the regular loop.
 STEP_MODELS = ["gpt2", "llama", "gemma2"]
 # Deep models timed in the greedy configuration only, with the step, generate's own compile and the hand-written loop
+# (the `depth` scenario: with `--long`; what the step's host work per token does with the model's depth)
 DEEP_STEP_MODELS = ["llama16"]
 # A model of the size users run on CPU (SmolLM2-135M's shape, random weights), timed in a tree's first run only (the
 # `size` scenario: its compiles take minutes), greedy, with generate's own compile and the step: where the host's work
@@ -581,13 +582,18 @@ def _timed_step(function, timer: TimedForward):
     return timed_step
 
 
-def decode_path(name: str, device: str, sizes: dict, path: str, decoding: str | None = None) -> dict:
+def decode_path(
+    name: str, device: str, sizes: dict, path: str, decoding: str | None = None, also: tuple[str, ...] = ()
+) -> dict:
     """`generate` with a static cache, greedy or in one of `DECODE_CONFIGS` (`decoding`), compiled along one of
     `DECODE_PATHS` or with the compiled decoding step (`path="decoding_step"`), timed as in `decode` (a first call
     that compiles, after a dynamo reset, one more to warm up, then `repeats` calls): the same keys as its greedy
     entry, without the forward replayed alone, plus the first call's time and the graphs compiled. With the decoding
     step, the calls timed are the prefill's forward and each compiled step (its forward and the rest of its work):
-    its calls are cut into segments at its steps as the regular loop's are at its forwards."""
+    its calls are cut into segments at its steps as the regular loop's are at its forwards. Then each of `also`
+    (`DECODE_CONFIGS`, with generate's own compile only), on the same model and compiled call (the configurations
+    change nothing the forward sees: as in `decode`, no new graph), warmed up and timed the same way: the result's
+    `also` entry, keyed by configuration."""
     if path == "decoding_step" and not hasattr(GenerationConfig(), "compile_decoding_step"):
         return {"status": "not in this tree: GenerationConfig has no compile_decoding_step"}
     torch._dynamo.reset()
@@ -608,10 +614,25 @@ def decode_path(name: str, device: str, sizes: dict, path: str, decoding: str | 
         timer = _timed_compiled_calls(model, synchronize)
         if path == "decoding_step":
             time_decoding_steps(model, timer)
-    run = functools.partial(_timed_generate, model, model_inputs(name, device), device, config)
+    inputs = model_inputs(name, device)
+    run = functools.partial(_timed_generate, model, inputs, device, config)
     first, _, _ = run()
     result = summarize_runs(timed_runs(run, timer, sizes["new_tokens"], sizes["repeats"]), timer)
-    return {"status": "ok", **result, "first_generate_s": first, "graphs": counters["stats"]["unique_graphs"]}
+    result = {"status": "ok", **result, "first_generate_s": first, "graphs": counters["stats"]["unique_graphs"]}
+    if also:
+        if path != "compile_config":
+            raise ValueError(f"`also` shares generate's own compiled call: not for the {path!r} path")
+        result["also"] = {}
+        for config_name in also:
+            other = generation_config(
+                sizes["new_tokens"], static_cache=True, generate_compiles=True, decoding=config_name
+            )
+            other.compile_config = config.compile_config  # the same object: get_compiled_call keeps its compiled call
+            other.compile_decoding_step = False
+            run = functools.partial(_timed_generate, model, inputs, device, other)
+            summary = summarize_runs(timed_runs(run, timer, sizes["new_tokens"], sizes["repeats"]), timer)
+            result["also"][config_name] = {"status": "ok", **summary, "graphs": counters["stats"]["unique_graphs"]}
+    return result
 
 
 def _timed_compiled_calls(model, synchronize: bool) -> TimedForward:
@@ -631,7 +652,7 @@ def _timed_compiled_calls(model, synchronize: bool) -> TimedForward:
 def speculative(device: str, sizes: dict, method: str) -> dict:
     """`generate` of `SPECULATIVE_MODEL` on `SPECULATIVE_PROMPT` with a static cache and generate's own compile, with
     one of `SPECULATIVE_METHODS`, timed as in `decode_path` (a first call that compiles, after a dynamo reset, one
-    more to warm up, then `repeats` calls). The forwards timed are the main model's: the assistant's run in the host's
+    more to warm up, then `repeats` calls; in every run, as the decode scenario). The forwards timed are the main model's: the assistant's run in the host's
     time. Its decode steps are not kept for the stall check (a step with an assistant holds the assistant's forwards:
     their lengths differ by design); its floors are of the same kind as the other rows'. Also: the graphs compiled by
     the first call and by all of them (`graphs`), the shapes the verification forward took (`decode_mask_shapes`),
@@ -685,7 +706,10 @@ def handwritten(name: str, device: str, sizes: dict) -> dict:
     compiles it (`mode="reduce-overhead"`, `dynamic=None`), with a static cache: an eager prefill, then per token the
     compiled forward, `argmax`, and in-place updates of the token, its position ids and the 2-D attention mask (as
     long as the cache; the forward builds the 4-D masks from it). Timed as in `decode` (a first call that compiles,
-    one more to warm up, then `repeats` calls), each call greedy, exactly `new_tokens` tokens."""
+    one more to warm up, then `repeats` calls), each call greedy, exactly `new_tokens` tokens. Timed in the trees that
+    have the compiled decoding step only, whose floor it is (the headline's row reads the fork's)."""
+    if not hasattr(GenerationConfig(), "compile_decoding_step"):
+        return {"status": "not in this tree: the floor of the compiled decoding step, which it has not"}
     torch._dynamo.reset()
     counters.clear()
     new_tokens = sizes["new_tokens"]
@@ -1150,21 +1174,27 @@ def run_side(side: str, quick: bool, device: str, only: list[str] | None = None)
                 # Their compile is the model's own (the same graphs)
                 scenarios["decode"][f"{name} {config_name}"] = measured.get(config_name, measured)
             for path in DECODE_PATHS:
-                scenarios["decode"][f"{name} {path}"] = guarded(decode_path, name, device, sizes, path)
+                # the step models' decoding configurations with generate's own compile, on its compiled call
+                also = tuple(DECODE_CONFIGS) if path == "compile_config" and name in STEP_MODELS else ()
+                measured = guarded(decode_path, name, device, sizes, path, None, also)
+                others = measured.pop("also", {})
+                scenarios["decode"][f"{name} {path}"] = measured
+                for config_name in also:
+                    scenarios["decode"][f"{name} {path} {config_name}"] = others.get(config_name, measured)
             if name in STEP_MODELS:
-                for config_name in DECODE_CONFIGS:
-                    key = f"{name} compile_config {config_name}"
-                    scenarios["decode"][key] = guarded(decode_path, name, device, sizes, "compile_config", config_name)
                 for config_name in (None, *DECODE_CONFIGS):
                     key = f"{name} decoding_step{f' {config_name}' if config_name else ''}"
                     scenarios["decode"][key] = guarded(decode_path, name, device, sizes, "decoding_step", config_name)
                 scenarios["decode"][f"{name} handwritten"] = guarded(handwritten, name, device, sizes)
-        for name in DEEP_STEP_MODELS if size == "full" else []:
+        timings["decode"] = time.perf_counter() - start
+    if "depth" in selected and size == "full":
+        start = time.perf_counter()
+        for name in DEEP_STEP_MODELS:
             progress(f"decode {name}")
             for path in ("compile_config", "decoding_step"):
                 scenarios["decode"][f"{name} {path}"] = guarded(decode_path, name, device, sizes, path)
             scenarios["decode"][f"{name} handwritten"] = guarded(handwritten, name, device, sizes)
-        timings["decode"] = time.perf_counter() - start
+        timings["depth"] = time.perf_counter() - start
     if "size" in selected and size == "full":
         start = time.perf_counter()
         found = scenarios.setdefault("decode", {})

@@ -148,7 +148,10 @@ def test_quick_mode_json_schema(quick_run):
         assert isinstance(figures["step_vs_pristine"]["floor"], NUMBER), name
     assert isinstance(results["decoding_step"]["gpt2 greedy"]["step_vs_handwritten"]["floor"], NUMBER)
     assert set(results["compile_cost"]) == {"gpt2"}  # the decoding configurations share the model's compile
-    for config_name in ("eos", "sampling", "compile_config", "recipe", "compile_config eos", "handwritten"):
+    # the hand-written loop, the step's floor, in the fork only
+    assert results["decode"]["gpt2 handwritten"]["upstream"]["status"].startswith("not in this tree")
+    assert results["decode"]["gpt2 handwritten"]["fork"]["status"] == "ok"
+    for config_name in ("eos", "sampling", "compile_config", "recipe", "compile_config eos"):
         entry = results["decode"][f"gpt2 {config_name}"]
         for side in SIDES:
             assert entry[side]["status"] == "ok" and entry[side]["forward_calls"] == 8, (config_name, entry[side])
@@ -411,6 +414,19 @@ def test_speculative_summary_and_its_paragraph():
     assert "OTHER TOKENS" in publish.lines_for_speculative({"speculative": report.speculative_summary(decode)})
 
 
+def test_an_entry_of_the_first_run_only_survives_a_rerun_of_its_decode():
+    """The size row is timed in a tree's first run only: when a rerun replaced that run's decode, it comes from the
+    first run itself rather than from no run."""
+    runs = [_synthetic_run(side, 1.0) for side in SIDES]
+    for run in runs:
+        run["scenarios"]["decode"]["big"] = _decode_entry(3.0)
+    rerun = {**_synthetic_run("fork", 0.9), "rerun": True}
+    runs[1]["used"] = False
+    results = aggregate([*runs, rerun], _meta(1))
+    assert results["decode"]["gpt2"]["fork"]["ms_per_token_min"] == 0.9  # the rerun's decode was kept
+    assert results["decode"]["big"]["fork"]["runs"] == 1 and results["decode"]["big"]["fork"]["ms_per_token"] == 3.0
+
+
 def test_compile_cost_comes_from_cold_runs_only():
     """By default a tree's later runs reuse its inductor cache: their first call is no compile cost."""
     runs = [_synthetic_run("upstream", 1.0), _synthetic_run("fork", 2.0)]
@@ -500,7 +516,8 @@ def test_a_stalled_run_is_run_again_and_said_so(tmp_path, monkeypatch, capsys):
     # the fork's most stalled run twice (its first rerun stalled more), then, with one stalled run per tree, upstream's
     names = ["upstream-0", "fork-0", "upstream-1", "fork-1", "fork-0-rerun1", "fork-0-rerun2", "upstream-1-rerun1"]
     assert [name for name, _ in seen] == names
-    assert dict(seen)["upstream-1-rerun1"] == ("decode",) and dict(seen)["upstream-1"] == ("decode",)
+    timed = ("decode", "speculative")  # what a later run times again, and a rerun
+    assert dict(seen)["upstream-1-rerun1"] == timed and dict(seen)["upstream-1"] == timed
     assert "recompiles" in dict(seen)["fork-0"]
     # kept: fork-0's clean second rerun, upstream-1's clean rerun, the stalled fork-1 (no budget left)
     assert [run["used"] for run in runs] == [True, False, False, True, False, True, True]
@@ -624,9 +641,10 @@ def test_run_plan_estimate_and_first_line():
     plan = bench_main.run_plan(parse_args([]))
     assert [(rep, side) for rep, side, _ in plan] == [(rep, side) for rep in range(3) for side in SIDES]
     # the first run of a tree: what the headline reads (tracing and the mask matrix only with --long)
-    assert plan[0][2] == ["decode", "size", "speculative", "recompiles"] and plan[2][2] == ["decode"]
-    assert "tracing" in bench_main.run_plan(parse_args(["--long"]))[0][2]
-    assert bench_main.run_plan(parse_args(["--long"]))[2][2] == ["decode", "calls"]
+    assert plan[0][2] == ["decode", "size", "speculative", "recompiles"] and plan[2][2] == ["decode", "speculative"]
+    long_plan = bench_main.run_plan(parse_args(["--long"]))
+    assert {"depth", "tracing", "mask_matrix"} <= set(long_plan[0][2]) and "depth" in long_plan[2][2]
+    assert bench_main.run_plan(parse_args(["--long"]))[2][2] == ["decode", "depth", "speculative", "calls"]
     assert len(bench_main.run_plan(parse_args(["--only", "tracing,mask_matrix"]))) == 2
     assert bench_main.run_plan(parse_args(["--quick"]))[0][2] == list(bench_main.CHILD_SCENARIOS)
     assert bench_main.run_plan(parse_args(["--only", "first_call"])) == []
