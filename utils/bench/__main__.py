@@ -44,11 +44,11 @@ RERUNS_PER_RUN = 2  # a run is run again at most this many times after stalls
 # later run (decode on a warm cache, and a rerun), with --long a run (cold compiles, decode, consecutive calls), with
 # --quick a run; and the first calls (bench.first_call: processes of their own, after the runs; --long and --quick
 # only). The estimate multiplies them by (load + cores) / (2 cores) when that is above 1. Fitted on `make bench`'s run
-# of 2026-12-06 05:43 (load 0.5: first runs 400 and 505 s, later ones 89-99 s, a rerun 80 s), less what the
-# scenarios shed after it (the size row's timed calls, the full attention models' graph counts, 2 of 11 repeats).
+# of 2026-12-06 23:58 (load 1.0: first runs 358 and 434 s, later ones 80-86 s, a rerun of the same), less 3 of its 9
+# timed calls per path that the scenarios shed after it.
 ESTIMATE_S = {
-    "first": 400.0,
-    "later": 85.0,
+    "first": 385.0,
+    "later": 78.0,
     "long": 630.0,
     "quick": 80.0,
     "first_call": 190.0,
@@ -399,7 +399,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     cores, load = os.cpu_count() or 1, os.getloadavg()[0]
     what = "GPT2" if args.quick else "GPT2, Llama, Gemma 2 and Gemma 3 multimodal"
-    later = "" if args.long or args.quick else "; `make bench-long` adds the compile cost of every run and the calls"
+    later = (
+        ""
+        if args.long or args.quick
+        else "; `make bench-long` adds the compile cost of every run, the 16-layer model, tracing, masks, the "
+        "consecutive calls and the first calls"
+    )
     print(
         f"bench: {args.reps} run(s) per tree of {what}, {', '.join(selected_scenarios(args))}; about "
         f"{_minutes(estimate_s(args, cores, load))} here ({cores} cores, load average {load:.1f}){later}",

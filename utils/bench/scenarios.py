@@ -56,7 +56,7 @@ SIZES = {
     "quick": {"new_tokens": 8, "repeats": 3, "limit_calls": 20, "recompile_steps": 6, "flush_steps": 8, "calls": 3},
     "full": {
         "new_tokens": 32,
-        "repeats": 9,
+        "repeats": 6,
         "limit_calls": 200,
         "recompile_steps": 16,
         "flush_steps": 12,
