@@ -44,11 +44,11 @@ RERUNS_PER_RUN = 2  # a run is run again at most this many times after stalls
 # later run (decode on a warm cache, and a rerun), with --long a run (cold compiles, decode, consecutive calls), with
 # --quick a run; and the first calls (bench.first_call: processes of their own, after the runs; --long and --quick
 # only). The estimate multiplies them by (load + cores) / (2 cores) when that is above 1. Fitted on `make bench`'s run
-# of 2026-12-06 23:58 (load 1.0: first runs 358 and 434 s, later ones 80-86 s, a rerun of the same), less 3 of its 9
-# timed calls per path that the scenarios shed after it.
+# of 2026-12-06 23:58 (load 1.0, 9 timed calls per path: first runs 358 and 434 s, later ones 80-86 s, a rerun of
+# the same) and 2026-12-07 00:20 (load 0.5-1.0, 6 calls: 309 and 443 s, 78-83 s, a rerun 89 s).
 ESTIMATE_S = {
-    "first": 385.0,
-    "later": 78.0,
+    "first": 395.0,
+    "later": 82.0,
     "long": 630.0,
     "quick": 80.0,
     "first_call": 190.0,

@@ -188,7 +188,12 @@ def lines_for_speculative(results: dict, model: str = "llama") -> str:
     def method(name: str, label: str) -> str:
         entry = figures[name]
         fork = entry["fork"]
-        ratio = f" (**{_x(entry['ratio']['floor'])}**)" if entry.get("ratio") else ""
+        found = entry.get("ratio")
+        ratio = (
+            f" (**{_x(found['floor'])}**; medians {_x(found['median'])} [{_x(found['range'][0])}-{_x(found['range'][1])}])"
+            if found
+            else ""
+        )
         text = f"{label}: {side(entry['upstream'])} -> {side(fork)}{ratio}"
         if fork["status"] == "ok":
             text += (
@@ -203,6 +208,8 @@ def lines_for_speculative(results: dict, model: str = "llama") -> str:
     draft = (assistant.get("fork") or {}).get("draft_tokens") or "?"
     candidates = (lookup.get("fork") or {}).get("draft_tokens") or "?"
     tokens = none["fork"].get("new_tokens") or "?"
+    counts = {(results.get("decode", {}).get(f"{model} speculative none", {}).get(s) or {}).get("runs") for s in SIDES}
+    runs = f"{counts.pop()} runs per tree" if len(counts) == 1 and None not in counts else "runs per tree as above"
     step_text = f", and the fork's compiled decoding step {side(step)}" if step.get("status") == "ok" else ""
     with_assistant = method(
         "assistant", f"an assistant with the main model's weights drafting {draft} tokens a step (every one accepted)"
@@ -210,8 +217,8 @@ def lines_for_speculative(results: dict, model: str = "llama") -> str:
     with_lookup = method("prompt_lookup", f"prompt lookup ({candidates} candidates at most)")
     return (
         f"\nSpeculative decoding (a tiny Llama, batch 1, greedy, {tokens} tokens, a static cache and generate's "
-        "`CompileConfig()`, a prompt that repeats itself; one run per tree, so no verdict), time per token, pristine "
-        f"-> the fork: {with_assistant}; {with_lookup}; beside them the same call without speculation "
+        f"`CompileConfig()`, a prompt that repeats itself; {runs}), time per token by the floor, pristine -> the "
+        f"fork: {with_assistant}; {with_lookup}; beside them the same call without speculation "
         f"{side(none['upstream'])} -> {side(none['fork'])}{step_text}. The verification forward's length still "
         "changes near the end of a call (a new shape: a graph, or a `SymInt` input that CUDA graphs record once per "
         "value)."

@@ -405,7 +405,10 @@ def test_speculative_summary_and_its_paragraph():
     assert summary["llama speculative prompt_lookup"]["upstream"] == {"status": error}
     assert summary["llama speculative prompt_lookup"]["ratio"] is None
     paragraph = publish.lines_for_speculative({"speculative": summary})
-    assert "drafting 4 tokens a step (every one accepted): 3.000 ms -> 2.700 ms (**0.90x**)" in paragraph
+    assert (
+        "drafting 4 tokens a step (every one accepted): 3.000 ms -> 2.700 ms (**0.90x**; medians 0.90x [0.90x-"
+        in paragraph
+    )
     assert "ran 7 forwards, its verification forward took 2 shapes, 2 graphs compiled (some after" in paragraph
     assert "prompt lookup (3 candidates at most): `RuntimeError: kernel, <file>, index out of bounds" in paragraph
     assert "without speculation 2.000 ms -> 1.800 ms, and the fork's compiled decoding step 0.900 ms" in paragraph
