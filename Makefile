@@ -5,7 +5,8 @@
 #   make test-compile   only the tests marked `compile`
 #   make bench      the main job: the fork against pristine upstream side by side (table, JSON, plot; utils/bench/README.md)
 #   make bench-quick    `make bench`, smaller (BENCH_ARGS adds options, e.g. BENCH_ARGS="--device cuda")
-#   make bench-long     `make bench` plus a cold compile in every run and the consecutive calls (much longer)
+#   make bench-long     `make bench` plus a cold compile in every run, the 16-layer model, tracing, masks, the
+#                       consecutive calls and the first calls (much longer)
 #   make bench-guards   what dynamo's guard evaluation costs per token, pristine beside the fork (a few minutes)
 #   make bench-gpu      the decoding step on a GPU, pristine beside the fork: time per token, CUDA-graph recordings
 #                       and replays, syncs per step (GPU_ARGS="--device cpu" runs it without device calls)

@@ -139,9 +139,11 @@ def stalled(result: dict) -> dict[str, dict]:
     return found
 
 
-def stall_share(result: dict) -> float:
-    """The largest share of a run's timed decode steps' time that its stalls make up, over its models (0: none)."""
-    entries = result.get("scenarios", {}).get("decode", {}).values()
+def stall_share(result: dict, models=None) -> float:
+    """The largest share of a run's timed decode steps' time that its stalls make up, over its models (0: none), or
+    over those of `models` only (a rerun's, to compare a run with its rerun on what both timed)."""
+    found = result.get("scenarios", {}).get("decode", {})
+    entries = [entry for model, entry in found.items() if models is None or model in models]
     shares = [summary["share"] for e in entries if e.get("status") == "ok" and (summary := stalls(e))]
     return max(shares, default=0.0)
 
@@ -335,6 +337,7 @@ def _decode(model: str, side: str, runs: list[dict], warnings: list[str]) -> tup
         decode.update(_counts(side_runs, DECODE_COUNTS))
         if "graphs_first_call" in side_runs[0]:
             decode.update(_counts(side_runs, SPECULATIVE_COUNTS))
+            decode["same_tokens"] = all(entry.get("same_tokens") is True for entry in side_runs)  # in every run
         fastest = min(side_runs, key=lambda e: e["ms_per_token"])
         decode["step_ms"] = fastest["step_ms"]
         decode["step_cpu_ms"] = fastest.get("step_cpu_ms")

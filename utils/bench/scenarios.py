@@ -633,7 +633,12 @@ def decode_path(
             other.compile_config = config.compile_config  # the same object: get_compiled_call keeps its compiled call
             other.compile_decoding_step = False
             run = functools.partial(_timed_generate, model, inputs, device, other)
-            summary = summarize_runs(timed_runs(run, timer, sizes["new_tokens"], sizes["repeats"]), timer)
+            try:  # each configuration its own status, as when each had its own path
+                summary = summarize_runs(timed_runs(run, timer, sizes["new_tokens"], sizes["repeats"]), timer)
+            except Exception as e:
+                traceback.print_exc()
+                result["also"][config_name] = {"status": first_line(e)}
+                continue
             result["also"][config_name] = {"status": "ok", **summary, "graphs": counters["stats"]["unique_graphs"]}
     return result
 
@@ -1196,11 +1201,12 @@ def run_side(side: str, quick: bool, device: str, only: list[str] | None = None)
         timings["decode"] = time.perf_counter() - start
     if "depth" in selected and size == "full":
         start = time.perf_counter()
+        found = scenarios.setdefault("decode", {})
         for name in DEEP_STEP_MODELS:
             progress(f"decode {name}")
             for path in ("compile_config", "decoding_step"):
-                scenarios["decode"][f"{name} {path}"] = guarded(decode_path, name, device, sizes, path)
-            scenarios["decode"][f"{name} handwritten"] = guarded(handwritten, name, device, sizes)
+                found[f"{name} {path}"] = guarded(decode_path, name, device, sizes, path)
+            found[f"{name} handwritten"] = guarded(handwritten, name, device, sizes)
         timings["depth"] = time.perf_counter() - start
     if "size" in selected and size == "full":
         start = time.perf_counter()

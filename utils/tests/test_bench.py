@@ -134,7 +134,8 @@ def test_quick_mode_json_schema(quick_run):
             assert entry["status"] == "ok" and entry["same_tokens"] is True and entry["new_tokens"] == 8, (key, side)
             assert isinstance(entry["ms_per_token_floor"], NUMBER) and isinstance(entry["graphs"], int), (key, side)
             assert results["speculative"][key][side]["ms_per_token"]["floor"] == entry["ms_per_token_floor"]
-    assert results["decode"]["llama speculative assistant"]["fork"]["forward_calls"] < 8  # candidates were accepted
+    # every candidate accepted: each verification gives 4 drafted tokens and one more, 8 tokens in 2 forwards
+    assert results["decode"]["llama speculative assistant"]["fork"]["forward_calls"] == 2
     assert results["decode"]["llama speculative assistant"]["fork"]["draft_tokens"] == 4
     assert isinstance(results["speculative"]["llama speculative assistant"]["ratio"]["floor"], NUMBER)
     # the compiled decoding step: the fork's only, its calls cut at the prefill's forward and at each step
@@ -386,7 +387,7 @@ def test_speculative_summary_and_its_paragraph():
         "llama speculative none": {"upstream": _speculative_entry(2.0), "fork": _speculative_entry(1.8)},
         "llama speculative assistant": {
             "upstream": _speculative_entry(3.0, draft_tokens=4),
-            "fork": _speculative_entry(2.7, draft_tokens=4, forward_calls=7, decode_mask_shapes=2, graphs=2),
+            "fork": _speculative_entry(2.7, draft_tokens=4, forward_calls=7, decode_mask_shapes=2, graphs=2),  # 32 / 5
         },
         "llama speculative prompt_lookup": {
             "upstream": _speculative_entry(0, status=error),
@@ -413,8 +414,10 @@ def test_speculative_summary_and_its_paragraph():
     assert "prompt lookup (3 candidates at most): `RuntimeError: kernel, <file>, index out of bounds" in paragraph
     assert "without speculation 2.000 ms -> 1.800 ms, and the fork's compiled decoding step 0.900 ms" in paragraph
     assert "/tmp/" not in paragraph and "OTHER TOKENS" not in paragraph
-    decode["llama speculative assistant"]["fork"]["same_tokens"] = False
-    assert "OTHER TOKENS" in publish.lines_for_speculative({"speculative": report.speculative_summary(decode)})
+    assert "(every one accepted)" in paragraph
+    decode["llama speculative assistant"]["fork"].update(same_tokens=False, forward_calls=9)
+    paragraph = publish.lines_for_speculative({"speculative": report.speculative_summary(decode)})
+    assert "OTHER TOKENS" in paragraph and "(9 verifications: not every one accepted)" in paragraph
 
 
 def test_an_entry_of_the_first_run_only_survives_a_rerun_of_its_decode():
@@ -538,6 +541,32 @@ def test_a_stalled_run_is_run_again_and_said_so(tmp_path, monkeypatch, capsys):
     assert decode["fork"]["reruns"] == 2 and decode["upstream"]["reruns"] == 1
     assert decode["fork"]["stalled_runs"] == 1 and decode["upstream"]["stalled_runs"] == 0
     assert "2 (2 reruns after stalls, 1 still stalled)" in table(aggregate(results, {**_meta(2), "runs": runs}))
+
+
+def test_a_rerun_is_compared_with_its_run_on_what_both_timed(tmp_path, monkeypatch):
+    """A first run that stalled only on an entry its rerun does not time again (the size row) keeps its decode when
+    the rerun stalls on the decode: the two are compared on the entries both timed."""
+    first = _synthetic_run("fork", 0.6)
+    first["scenarios"]["decode"]["big"] = _decode_entry(3.0, stall_ms=200.0, stalled_calls=3)
+    script = {
+        ("upstream", 0, 0): _synthetic_run("upstream", 1.0),
+        ("fork", 0, 0): first,
+        ("fork", 0, 1): _synthetic_run("fork", 0.6, stall_ms=20.0, stalled_calls=3),
+    }
+
+    def fake_run_one(side, name, src, scenarios, args, out, cache):
+        rep, _, attempt = name.split("-", 1)[1].partition("-rerun")
+        result = json.loads(json.dumps(script[(side, int(rep), int(attempt or 0))]))
+        return {**result, "raw": f"raw/{name}.json", "log": f"logs/{name}.log"}, 1.0
+
+    monkeypatch.setattr(bench_main, "run_one", fake_run_one)
+    _, runs = bench_main.run_sides(
+        parse_args(["--reps", "1", "--reruns", "1"]), {s: tmp_path / s for s in SIDES}, tmp_path
+    )
+    assert (
+        runs[1]["stall_share"] > runs[2]["stall_share"] > STALL_SHARE
+    )  # over all its entries, the first run stalled more
+    assert [run["used"] for run in runs] == [True, True, False]  # but not on the decode: it is kept
 
 
 def _summary(side: str, rep: int, rerun: bool = False, **stalled_models: float) -> dict:
