@@ -430,6 +430,12 @@ def test_an_entry_of_the_first_run_only_survives_a_rerun_of_its_decode():
     runs[1]["used"] = False
     results = aggregate([*runs, rerun], _meta(1))
     assert results["decode"]["gpt2"]["fork"]["ms_per_token_min"] == 0.9  # the rerun's decode was kept
+    # the floors over every attempt: the replaced run's faster segments count
+    slow_rerun = {**_synthetic_run("fork", 2.0), "rerun": True}
+    floor = aggregate([*runs, slow_rerun], _meta(1))["decode"]["gpt2"]["fork"]["ms_per_token_floor"]
+    assert floor == pytest.approx(1.0) and results["decode"]["gpt2"]["fork"]["ms_per_token_floor"] == pytest.approx(
+        0.9
+    )
     assert results["decode"]["big"]["fork"]["runs"] == 1 and results["decode"]["big"]["fork"]["ms_per_token"] == 3.0
 
 
