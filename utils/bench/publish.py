@@ -163,6 +163,10 @@ def lines_for_size(decode: dict, results: dict, model: str = "llama135m") -> str
     )
 
 
+def _plural(count, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _short_error(status: str) -> str:
     """An error's first line without the paths of the files it names (a generated kernel's differs by run)."""
     return re.sub(r"\S*/\S+:\d+", "<file>", status)
@@ -198,7 +202,7 @@ def lines_for_speculative(results: dict, model: str = "llama") -> str:
         if fork["status"] == "ok":
             text += (
                 f"; the fork's main model ran {fork['forward_calls']} forwards, its verification forward took "
-                f"{fork['decode_mask_shapes']} shapes, {fork['graphs']} graphs compiled"
+                f"{_plural(fork['decode_mask_shapes'], 'shape')}, {_plural(fork['graphs'], 'graph')} compiled"
                 f"{'' if fork['graphs'] == fork['graphs_first_call'] else ' (some after the first call)'}, "
                 f"{'the tokens of greedy `generate`' if fork['same_tokens'] else 'OTHER TOKENS than greedy `generate`'}"
             )
@@ -219,13 +223,21 @@ def lines_for_speculative(results: dict, model: str = "llama") -> str:
         "assistant", f"an assistant with the main model's weights drafting {draft} tokens a step ({accepted})"
     )
     with_lookup = method("prompt_lookup", f"prompt lookup ({candidates} candidates at most)")
+    one_shape = all(
+        _ok_fork(figures[name]) and figures[name]["fork"]["decode_mask_shapes"] == 1
+        for name in ("assistant", "prompt_lookup")
+    )
+    shapes = (
+        "The fork verifies a fixed number of positions (the candidates padded to the most drafted): one shape."
+        if one_shape
+        else "The verification forward's length changes from step to step (a new shape: a graph, or a `SymInt` input "
+        "that CUDA graphs record once per value)."
+    )
     return (
         f"\nSpeculative decoding (a tiny Llama, batch 1, greedy, {tokens} tokens, a static cache and generate's "
         f"`CompileConfig()`, a prompt that repeats itself; {runs}), time per token by the floor, pristine -> the "
         f"fork: {with_assistant}; {with_lookup}; beside them the same call without speculation "
-        f"{side(none['upstream'])} -> {side(none['fork'])}{step_text}. The verification forward's length still "
-        "changes near the end of a call (a new shape: a graph, or a `SymInt` input that CUDA graphs record once per "
-        "value)."
+        f"{side(none['upstream'])} -> {side(none['fork'])}{step_text}. {shapes}"
     )
 
 

@@ -415,6 +415,12 @@ def test_speculative_summary_and_its_paragraph():
     assert "without speculation 2.000 ms -> 1.800 ms, and the fork's compiled decoding step 0.900 ms" in paragraph
     assert "/tmp/" not in paragraph and "OTHER TOKENS" not in paragraph
     assert "(every one accepted)" in paragraph
+    assert "The verification forward's length changes from step to step" in paragraph
+    assert "ran 18 forwards, its verification forward took 1 shape, 3 graphs compiled (some after" in paragraph
+    # one shape per method, on the fork's side: the fixed length is said so
+    decode["llama speculative assistant"]["fork"].update(decode_mask_shapes=1)
+    paragraph = publish.lines_for_speculative({"speculative": report.speculative_summary(decode)})
+    assert "verifies a fixed number of positions (the candidates padded to the most drafted): one shape." in paragraph
     decode["llama speculative assistant"]["fork"].update(same_tokens=False, forward_calls=9)
     paragraph = publish.lines_for_speculative({"speculative": report.speculative_summary(decode)})
     assert "OTHER TOKENS" in paragraph and "(9 verifications: not every one accepted)" in paragraph

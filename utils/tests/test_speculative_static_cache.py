@@ -5,6 +5,9 @@ cache's tokens and scores. And what patch 20 leaves alone: a user's subclass wit
 and sliding window layer, a cache without past recording."""
 
 import itertools
+import subprocess
+import sys
+import textwrap
 import unittest
 
 import torch
@@ -148,3 +151,147 @@ class RollbackLeftAloneTest(unittest.TestCase):
         layer.update(states[0][:, :, 2:], states[1][:, :, 2:])
         layer.crop(-3)
         self.assertEqual(layer.get_seq_length(), 0)
+
+
+def _counting_compile_config(graphs, dynamic=False):
+    def backend(graph_module, example_inputs, **kwargs):
+        graphs.append(example_inputs)
+        return graph_module.forward
+
+    config = CompileConfig(backend=backend, mode=None, dynamic=dynamic)
+    config._compile_all_devices = True
+    return config
+
+
+class FixedVerificationTest(unittest.TestCase):
+    """Patch 25, beyond its own tests: what its compiled verification of fixed length leaves as it was."""
+
+    def test_second_call_compiles_nothing_and_keeps_the_cache_size(self):
+        # The cache `generate` makes gets room for the padding once, then `_previous_max_cache_length` holds it
+        model = _model("mistral")
+        expected = _generate(model, "repeating", "prompt_lookup", "dynamic", 20, do_sample=False)
+        graphs = []
+        config = _counting_compile_config(graphs)
+        first = _generate(model, "repeating", "prompt_lookup", "static", 20, do_sample=False, compile_config=config)
+        compiled = len(graphs)
+        second = _generate(model, "repeating", "prompt_lookup", "static", 20, do_sample=False, compile_config=config)
+        self.assertEqual(len(graphs), compiled)
+        self.assertEqual(first.past_key_values.get_max_length(), second.past_key_values.get_max_length())
+        SpeculativeStaticCacheTest.assert_same_outputs(self, second, expected)
+
+    @parameterized.expand([("llama",), ("mistral",), ("gemma2",)])
+    def test_compiled_seeded_speculative_sampling(self, model_type):
+        model = _model(model_type)
+        expected = _generate(model, "repeating", "assistant", "dynamic", 16, seed=3, do_sample=True)
+        outputs = _generate(
+            model, "repeating", "assistant", "static", 16, seed=3, do_sample=True, compile_config=_compile_config()
+        )
+        SpeculativeStaticCacheTest.assert_same_outputs(self, outputs, expected)
+
+    @parameterized.expand([("prompt_lookup",), ("assistant",)])
+    def test_compiled_with_an_eos_token(self, candidates):
+        model = _model("gemma2")
+        tokens = _generate(model, "repeating", candidates, "dynamic", 20, do_sample=False).sequences[0, 10:].tolist()
+        # An eos token that the model produces in the middle of the generation
+        eos = {"eos_token_id": tokens[7]}
+        kwargs = {k: v for k, v in GENERATE_KWARGS.items() if k != "eos_token_id"} | eos
+        input_ids = torch.tensor(PROMPTS["repeating"])
+        extra = (
+            {"prompt_lookup_num_tokens": 3}
+            if candidates == "prompt_lookup"
+            else {"assistant_model": _model("gemma2", num_hidden_layers=1)}
+        )
+        expected = model.generate(input_ids, max_new_tokens=20, **extra, **kwargs)
+        outputs = model.generate(
+            input_ids,
+            max_new_tokens=20,
+            cache_implementation="static",
+            compile_config=_compile_config(),
+            **extra,
+            **kwargs,
+        )
+        SpeculativeStaticCacheTest.assert_same_outputs(self, outputs, expected)
+
+    def test_compiled_with_attentions_is_not_padded(self):
+        # The attentions returned per token hold the verified positions only: such a call verifies the candidates alone
+        model = _model("llama")
+        kwargs = {"output_attentions": True, "output_hidden_states": True}
+        model.config._attn_implementation = "eager"
+        expected = _generate(model, "repeating", "prompt_lookup", "dynamic", 12, do_sample=False, **kwargs)
+        outputs = _generate(
+            model,
+            "repeating",
+            "prompt_lookup",
+            "static",
+            12,
+            do_sample=False,
+            compile_config=_compile_config(),
+            **kwargs,
+        )
+        SpeculativeStaticCacheTest.assert_same_outputs(self, outputs, expected)
+        self.assertEqual(len(outputs.attentions), len(expected.attentions))
+        for attentions, expected_attentions in zip(outputs.attentions, expected.attentions):
+            self.assertEqual(attentions[0].shape[2], expected_attentions[0].shape[2])
+        for hidden, expected_hidden in zip(outputs.hidden_states, expected.hidden_states):
+            self.assertEqual(hidden[0].shape, expected_hidden[0].shape)
+
+    def test_heuristic_schedule_gives_the_dynamic_cache_outputs(self):
+        # The bound grows past the padding: such a verification takes its candidates alone
+        model = _model("mistral")
+        input_ids = torch.tensor(PROMPTS["repeating"])
+        assistant = _model("mistral", num_hidden_layers=1)
+        assistant.generation_config.num_assistant_tokens = 2
+        assistant.generation_config.num_assistant_tokens_schedule = "heuristic"
+        assistant.generation_config.assistant_confidence_threshold = 0.0
+        kwargs = {"assistant_model": assistant, "max_new_tokens": 24, "do_sample": False} | GENERATE_KWARGS
+        expected = model.generate(input_ids, **kwargs)
+        assistant.generation_config.num_assistant_tokens = 2
+        outputs = model.generate(input_ids, cache_implementation="static", compile_config=_compile_config(), **kwargs)
+        SpeculativeStaticCacheTest.assert_same_outputs(self, outputs, expected)
+
+    def test_eager_verification_is_not_padded(self):
+        model = _model("llama")
+        lengths = []
+        model.register_forward_pre_hook(
+            lambda module, args, kwargs: lengths.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+        )
+        expected = _generate(model, "repeating", "prompt_lookup", "dynamic", 12, do_sample=False)
+        dynamic_lengths, lengths[:] = list(lengths), []
+        outputs = _generate(model, "repeating", "prompt_lookup", "static", 12, do_sample=False)
+        SpeculativeStaticCacheTest.assert_same_outputs(self, outputs, expected)
+        self.assertEqual(lengths, dynamic_lengths)
+        self.assertIn(1, lengths)
+        self.assertEqual(outputs.past_key_values.get_max_length(), 10 + 12 - 1)
+
+    def test_default_dynamic_compiles_one_graph_without_symint_in_a_fresh_process(self):
+        # `CompileConfig`'s `dynamic=None`: a second shape would make dynamo compile a graph with `SymInt` inputs. A
+        # fresh process, as dynamo marks dimensions dynamic from earlier graphs of the same code
+        script = textwrap.dedent(
+            """
+            import torch
+            from transformers import CompileConfig, LlamaConfig, LlamaForCausalLM
+
+            torch.manual_seed(0)
+            config = LlamaConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                 num_hidden_layers=2, vocab_size=128)
+            model = LlamaForCausalLM(config).eval()
+            graphs = []
+
+            def backend(graph_module, example_inputs, **kwargs):
+                graphs.append(example_inputs)
+                return graph_module.forward
+
+            compile_config = CompileConfig(backend=backend, mode=None, dynamic=None)
+            compile_config._compile_all_devices = True
+            input_ids = torch.tensor([[5, 6, 7, 8, 5, 6, 7, 8, 5, 6]])
+            kwargs = {"max_new_tokens": 32, "do_sample": False, "eos_token_id": None, "pad_token_id": 0,
+                      "prompt_lookup_num_tokens": 3}
+            expected = model.generate(input_ids, **kwargs)
+            outputs = model.generate(input_ids, cache_implementation="static", compile_config=compile_config, **kwargs)
+            assert outputs.tolist() == expected.tolist()
+            print(len(graphs), sum(not isinstance(x, torch.Tensor) for inputs in graphs for x in inputs))
+            """
+        )
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+        self.assertEqual(result.stdout.split()[-2:], ["1", "0"])
