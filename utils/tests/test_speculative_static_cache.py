@@ -17,6 +17,8 @@ from transformers import (
     CompileConfig,
     Gemma2Config,
     Gemma2ForCausalLM,
+    GPT2Config,
+    GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
@@ -166,9 +168,12 @@ def _counting_compile_config(graphs, dynamic=False):
 class FixedVerificationTest(unittest.TestCase):
     """Patch 25, beyond its own tests: what its compiled verification of fixed length leaves as it was."""
 
+    def setUp(self):
+        torch.compiler.reset()
+
     def test_second_call_compiles_nothing_and_keeps_the_cache_size(self):
         # The cache `generate` makes gets room for the padding once, then `_previous_max_cache_length` holds it
-        model = _model("mistral")
+        model = _model("llama")
         expected = _generate(model, "repeating", "prompt_lookup", "dynamic", 20, do_sample=False)
         graphs = []
         config = _counting_compile_config(graphs)
@@ -176,6 +181,9 @@ class FixedVerificationTest(unittest.TestCase):
         compiled = len(graphs)
         second = _generate(model, "repeating", "prompt_lookup", "static", 20, do_sample=False, compile_config=config)
         self.assertEqual(len(graphs), compiled)
+        self.assertEqual(compiled, 1)
+        # `max_length - 1` positions, and 3 for the padding
+        self.assertEqual(first.past_key_values.get_max_length(), 10 + 20 - 1 + 3)
         self.assertEqual(first.past_key_values.get_max_length(), second.past_key_values.get_max_length())
         SpeculativeStaticCacheTest.assert_same_outputs(self, second, expected)
 
@@ -235,8 +243,29 @@ class FixedVerificationTest(unittest.TestCase):
         for hidden, expected_hidden in zip(outputs.hidden_states, expected.hidden_states):
             self.assertEqual(hidden[0].shape, expected_hidden[0].shape)
 
+    @parameterized.expand(itertools.product(["mistral", "gemma2"], [8, 16], ["prompt_lookup", "assistant"]))
+    def test_compiled_sliding_window_not_full_yet(self, model_type, window, candidates):
+        # A window longer than the prompt: the layers write in place until it fills
+        model = _model(model_type, window)
+        expected = _generate(model, "repeating", candidates, "dynamic", 20, window, do_sample=False)
+        outputs = _generate(
+            model, "repeating", candidates, "static", 20, window, do_sample=False, compile_config=_compile_config()
+        )
+        SpeculativeStaticCacheTest.assert_same_outputs(self, outputs, expected)
+
+    def test_learned_positions_are_not_padded_past_the_model_positions(self):
+        # GPT-2 has 24 positions: the padding stops where its positions would pass them
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=128, n_positions=24, n_embd=32, n_layer=2, n_head=4)).eval()
+        input_ids = torch.tensor(PROMPTS["repeating"])
+        kwargs = {"max_new_tokens": 14, "prompt_lookup_num_tokens": 10, "do_sample": False} | GENERATE_KWARGS
+        expected = model.generate(input_ids, **kwargs)
+        outputs = model.generate(input_ids, cache_implementation="static", compile_config=_compile_config(), **kwargs)
+        SpeculativeStaticCacheTest.assert_same_outputs(self, outputs, expected)
+        self.assertLessEqual(outputs.past_key_values.get_max_length(), 24)
+
     def test_heuristic_schedule_gives_the_dynamic_cache_outputs(self):
-        # The bound grows past the padding: such a verification takes its candidates alone
+        # The bound moves: the generator declares none, and the verification takes the candidates alone
         model = _model("mistral")
         input_ids = torch.tensor(PROMPTS["repeating"])
         assistant = _model("mistral", num_hidden_layers=1)
