@@ -4,6 +4,7 @@ and a passed cache, eager and compiled, seeded speculative sampling, a cache use
 cache's tokens and scores. And what patch 20 leaves alone: a user's subclass with its own `update`, the hybrid linear
 and sliding window layer, a cache without past recording."""
 
+import copy
 import itertools
 import subprocess
 import sys
@@ -252,6 +253,57 @@ class FixedVerificationTest(unittest.TestCase):
             model, "repeating", candidates, "static", 20, window, do_sample=False, compile_config=_compile_config()
         )
         SpeculativeStaticCacheTest.assert_same_outputs(self, outputs, expected)
+
+    @parameterized.expand([("mistral",), ("gemma2",)])
+    def test_sliding_window_models_are_not_padded(self, model_type):
+        # Their update of several tokens compiles a graph per position: the steps keep the candidates' lengths
+        model = _model(model_type)
+        lengths = []
+        get_compiled_call = model.get_compiled_call
+
+        def recording(config):
+            call = get_compiled_call(config)
+
+            def run(**kwargs):
+                lengths.append(kwargs["input_ids"].shape[1])
+                return call(**kwargs)
+
+            return run
+
+        model.get_compiled_call = recording
+        _generate(model, "repeating", "prompt_lookup", "static", 20, do_sample=False, compile_config=_compile_config())
+        self.assertIn(1, lengths)
+
+    def test_the_declared_bound_binds_to_the_class_that_defines_the_methods(self):
+        from transformers.generation.candidate_generator import (
+            AssistedCandidateGenerator,
+            PromptLookupCandidateGenerator,
+        )
+
+        self.assertEqual(PromptLookupCandidateGenerator(num_output_tokens=3, max_length=20).max_drafting_tokens, 3)
+
+        class OwnStrategy(PromptLookupCandidateGenerator):
+            def update_candidate_strategy(self, input_ids, scores, num_matches):
+                self.num_output_tokens += 1
+
+        self.assertIsNone(OwnStrategy(num_output_tokens=3, max_length=20).max_drafting_tokens)
+        model, assistant = _model("llama"), _model("llama", num_hidden_layers=1)
+        assistant.generation_config.num_assistant_tokens = 4
+        input_ids = torch.tensor(PROMPTS["repeating"])
+
+        def bound(generator_class, schedule="constant"):
+            assistant.generation_config.num_assistant_tokens_schedule = schedule
+            generation_config = copy.deepcopy(model.generation_config)
+            generator = generator_class(input_ids, assistant, generation_config, {})
+            return generator.max_drafting_tokens
+
+        class OwnLengths(AssistedCandidateGenerator):
+            def _calculate_new_tokens(self, input_ids):
+                return super()._calculate_new_tokens(input_ids)
+
+        self.assertEqual(bound(AssistedCandidateGenerator), 4)
+        self.assertIsNone(bound(AssistedCandidateGenerator, "heuristic"))
+        self.assertIsNone(bound(OwnLengths))
 
     def test_learned_positions_are_not_padded_past_the_model_positions(self):
         # GPT-2 has 24 positions: the padding stops where its positions would pass them
