@@ -254,25 +254,39 @@ class FixedVerificationTest(unittest.TestCase):
         )
         SpeculativeStaticCacheTest.assert_same_outputs(self, outputs, expected)
 
-    @parameterized.expand([("mistral",), ("gemma2",)])
-    def test_sliding_window_models_are_not_padded(self, model_type):
-        # Their update of several tokens compiles a graph per position: the steps keep the candidates' lengths
-        model = _model(model_type)
-        lengths = []
+    @parameterized.expand([("mistral", "static"), ("gemma2", "static"), ("mistral", "passed_shorter_than_window")])
+    def test_sliding_window_models_are_padded(self, model_type, cache):
+        # Patch 26: their verification is padded too, and is one graph after the first (which reads the length the
+        # prefill left on the host). A window longer than the passed cache slides on the padding, and `crop` puts it
+        # back: the candidates attend to every position
+        window = 64 if cache.startswith("passed") else 4
+        model = _model(model_type, window)
+        expected = _generate(model, "repeating", "prompt_lookup", "dynamic", 20, window, do_sample=False)
+        lengths, graphs = [], []
         get_compiled_call = model.get_compiled_call
 
         def recording(config):
             call = get_compiled_call(config)
 
             def run(**kwargs):
-                lengths.append(kwargs["input_ids"].shape[1])
+                lengths.append((kwargs["input_ids"].shape[1], len(graphs)))
                 return call(**kwargs)
 
             return run
 
         model.get_compiled_call = recording
-        _generate(model, "repeating", "prompt_lookup", "static", 20, do_sample=False, compile_config=_compile_config())
-        self.assertIn(1, lengths)
+        kwargs = {"compile_config": _counting_compile_config(graphs), "do_sample": False}
+        if cache == "static":
+            outputs = _generate(model, "repeating", "prompt_lookup", "static", 20, window, **kwargs)
+        else:
+            passed = StaticCache(config=model.config, max_cache_len=10 + 20 - 1)
+            input_ids = torch.tensor(PROMPTS["repeating"])
+            kwargs |= {"cache": passed, "prompt_lookup_num_tokens": 3} | GENERATE_KWARGS
+            outputs = model.generate(input_ids, max_new_tokens=20, **kwargs)
+        SpeculativeStaticCacheTest.assert_same_outputs(self, outputs, expected)
+        self.assertEqual({length for length, _ in lengths}, {4})
+        self.assertEqual(len(graphs), 2)
+        self.assertEqual({count for _, count in lengths[2:]}, {2})
 
     def test_the_declared_bound_binds_to_the_class_that_defines_the_methods(self):
         from transformers.generation.candidate_generator import (
@@ -344,18 +358,20 @@ class FixedVerificationTest(unittest.TestCase):
         self.assertIn(1, lengths)
         self.assertEqual(outputs.past_key_values.get_max_length(), 10 + 12 - 1)
 
-    def test_default_dynamic_compiles_one_graph_without_symint_in_a_fresh_process(self):
+    @parameterized.expand([("Llama", "", "1"), ("Mistral", "sliding_window=4", "2")])
+    def test_default_dynamic_compiles_without_symint_in_a_fresh_process(self, model_type, window, expected_graphs):
         # `CompileConfig`'s `dynamic=None`: a second shape would make dynamo compile a graph with `SymInt` inputs. A
-        # fresh process, as dynamo marks dimensions dynamic from earlier graphs of the same code
-        script = textwrap.dedent(
+        # fresh process, as dynamo marks dimensions dynamic from earlier graphs of the same code. Past a sliding
+        # window (patch 26), the first verification reads the length the prefill left on the host: a second graph
+        template = textwrap.dedent(
             """
             import torch
-            from transformers import CompileConfig, LlamaConfig, LlamaForCausalLM
+            from transformers import CompileConfig, MODELConfig, MODELForCausalLM
 
             torch.manual_seed(0)
-            config = LlamaConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
-                                 num_hidden_layers=2, vocab_size=128)
-            model = LlamaForCausalLM(config).eval()
+            config = MODELConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4,
+                                 num_key_value_heads=2, num_hidden_layers=2, vocab_size=128, WINDOW)
+            model = MODELForCausalLM(config).eval()
             graphs = []
 
             def backend(graph_module, example_inputs, **kwargs):
@@ -373,6 +389,36 @@ class FixedVerificationTest(unittest.TestCase):
             print(len(graphs), sum(not isinstance(x, torch.Tensor) for inputs in graphs for x in inputs))
             """
         )
+        script = template.replace("MODEL", model_type).replace("WINDOW", window)
         result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
-        self.assertEqual(result.stdout.split()[-2:], ["1", "0"])
+        self.assertEqual(result.stdout.split()[-2:], [expected_graphs, "0"])
+
+
+class LengthOnTheDeviceTest(unittest.TestCase):
+    """Patch 26: after a traced update, updates of several tokens read the length on the device, eager ones too."""
+
+    def setUp(self):
+        torch.compiler.reset()
+
+    @parameterized.expand([("mistral", "sdpa"), ("mistral", "eager"), ("gemma2", "eager")])
+    def test_eager_and_compiled_calls_of_any_length_mixed(self, model_type, attn_implementation):
+        model = _model(model_type)
+        model.set_attn_implementation(attn_implementation)
+        input_ids = torch.randint(3, 99, (1, 30), generator=torch.Generator().manual_seed(0))
+        step = torch.compile(model.forward, backend="eager", fullgraph=True, dynamic=False)
+        cache, eager_cache = (StaticCache(config=model.config, max_cache_len=40) for _ in range(2))
+        calls = [(3, False), (1, True), (1, True), (3, False), (1, True), (2, False), (4, True), (3, True), (3, False)]
+        calls += [(1, False), (5, False)]
+        position = 0
+        with torch.no_grad():
+            for length, compiled in calls:
+                chunk = input_ids[:, position : position + length]
+                logits = (step if compiled else model.forward)(input_ids=chunk, cache=cache).logits
+                expected = model(input_ids=chunk, cache=eager_cache).logits
+                torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
+                position += length
+        self.assertEqual(cache.get_seq_length(), eager_cache.get_seq_length())
+        for layer, eager_layer in zip(cache.layers, eager_cache.layers):
+            self.assertEqual(layer.get_seq_length(), eager_layer.get_seq_length())
+            self.assertEqual(int(layer.cumulative_length), int(eager_layer.cumulative_length))
