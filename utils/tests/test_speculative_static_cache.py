@@ -401,9 +401,13 @@ class LengthOnTheDeviceTest(unittest.TestCase):
     def setUp(self):
         torch.compiler.reset()
 
-    @parameterized.expand([("mistral", "sdpa"), ("mistral", "eager"), ("gemma2", "eager")])
-    def test_eager_and_compiled_calls_of_any_length_mixed(self, model_type, attn_implementation):
-        model = _model(model_type)
+    @parameterized.expand(
+        [("mistral", "sdpa", 4), ("mistral", "eager", 4), ("gemma2", "eager", 4), ("mistral", "sdpa", 16)]
+    )
+    def test_eager_and_compiled_calls_of_any_length_mixed(self, model_type, attn_implementation, window):
+        # After each call, the first layer's length is read back (as a model's forward does without position ids): the
+        # other layers must still agree with it on what the next mask holds, also before the window fills
+        model = _model(model_type, window, num_hidden_layers=3)
         model.set_attn_implementation(attn_implementation)
         input_ids = torch.randint(3, 99, (1, 30), generator=torch.Generator().manual_seed(0))
         step = torch.compile(model.forward, backend="eager", fullgraph=True, dynamic=False)
@@ -418,7 +422,26 @@ class LengthOnTheDeviceTest(unittest.TestCase):
                 expected = model(input_ids=chunk, cache=eager_cache).logits
                 torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
                 position += length
-        self.assertEqual(cache.get_seq_length(), eager_cache.get_seq_length())
+                self.assertEqual(cache.get_seq_length(), eager_cache.get_seq_length())
         for layer, eager_layer in zip(cache.layers, eager_cache.layers):
             self.assertEqual(layer.get_seq_length(), eager_layer.get_seq_length())
             self.assertEqual(int(layer.cumulative_length), int(eager_layer.cumulative_length))
+
+    @parameterized.expand([("greedy",), ("prompt_lookup",)])
+    def test_passed_cache_used_again_by_a_second_compiled_call(self, decoding):
+        # A chat's second turn on the same cache, the window not full: the layers left on the device by the first call
+        model = _model("mistral", 32)
+        kwargs = {"max_new_tokens": 6, "do_sample": False} | GENERATE_KWARGS
+        if decoding == "prompt_lookup":
+            kwargs["prompt_lookup_num_tokens"] = 3
+        outputs = []
+        for compile_config in (None, _compile_config()):
+            cache = StaticCache(config=model.config, max_cache_len=64)
+            first = model.generate(
+                torch.tensor(PROMPTS["repeating"]), cache=cache, compile_config=compile_config, **kwargs
+            )
+            input_ids = torch.cat([first.sequences, torch.tensor([[9, 10, 11]])], dim=-1)
+            second = model.generate(input_ids, cache=cache, compile_config=compile_config, **kwargs)
+            outputs.append((first, second))
+        for compiled, eager in zip(outputs[1], outputs[0]):
+            SpeculativeStaticCacheTest.assert_same_outputs(self, compiled, eager)
