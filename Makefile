@@ -26,7 +26,8 @@
 #   make rebase-continue UPSTREAM=x.y.z   after resolving a conflict there: go on
 #   make rebase-finish UPSTREAM=x.y.z     once all patches are on it: export patches/, pin patches/UPSTREAM
 #   make upstream-outlook [UPSTREAM=x.y.z]   how the series stands against the newest release (changes nothing)
-#   make bisect     after patches 1..k, the tests of patches 1..k pass (each k, in a scratch tree)
+#   make bisect     after patches 1..k, the tests of patches 1..k pass (each k, in a scratch tree; FROM=25 starts at
+#                   k = 25, the earlier prefixes unchanged since they last passed)
 #   make standalone each patch applies with `git am -3` to pristine alone, or on the patches its `Depends-on:`
 #                   trailers name, and its own tests pass there (ONLY=0005 for one patch; BEFORE=1 also runs them
 #                   without the patch's source change and writes what fails there to standalone-out/)
@@ -72,7 +73,7 @@ upstream-outlook:
 	$(FORK).outlook $(if $(UPSTREAM),--version $(UPSTREAM))
 
 bisect: install
-	PYTHONPATH=utils $(VPY) -m forktool.bisect -- $(PYTEST_ARGS)
+	PYTHONPATH=utils $(VPY) -m forktool.bisect $(if $(FROM),--from $(FROM)) -- $(PYTEST_ARGS)
 
 standalone: install
 	PYTHONPATH=utils $(VPY) -m forktool.standalone --tests $(if $(ONLY),--only $(ONLY)) \

@@ -2,7 +2,8 @@
 
 For each k, builds pristine + the first k patches in a scratch work tree and runs, against that tree's
 `src/transformers`, the test files the first k patches add or change. Reports per patch; fails on the first
-prefix whose tests fail.
+prefix whose tests fail. `--from K` starts at the prefix that ends with patch K (the earlier prefixes unchanged
+since they last passed).
 """
 
 from __future__ import annotations
@@ -14,15 +15,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .common import ROOT, UPSTREAM_TAG, fetch_sdist, git, log, main_wrapper, read_series, read_upstream
+from .common import ROOT, UPSTREAM_TAG, ForkError, fetch_sdist, git, log, main_wrapper, read_series, read_upstream
 from .materialize import build_tree
 
 
-def bisect(root: Path, pytest_args: list[str]) -> bool:
+def bisect(root: Path, pytest_args: list[str], first: int = 1) -> bool:
     upstream, patches = read_upstream(root), read_series(root)
+    if not 1 <= first <= len(patches):
+        raise ForkError(f"--from {first}: the series has patches 1 to {len(patches)}")
     sdist = fetch_sdist(upstream)
     ok = True
-    for k in range(1, len(patches) + 1):
+    for k in range(first, len(patches) + 1):
         with tempfile.TemporaryDirectory() as tmp:
             tree = Path(tmp) / "tree"
             build_tree(tree, upstream, patches[:k], sdist)
@@ -48,9 +51,12 @@ def bisect(root: Path, pytest_args: list[str]) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=ROOT, help="repository root (default: this checkout)")
+    parser.add_argument(
+        "--from", dest="first", type=int, default=1, help="the first prefix to run: patches 1..K (default: 1)"
+    )
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments, e.g. -n 2")
     args = parser.parse_args()
-    if not bisect(args.root.resolve(), args.pytest_args):
+    if not bisect(args.root.resolve(), args.pytest_args, args.first):
         log("the series is not bisectable")
         return 1
     return 0

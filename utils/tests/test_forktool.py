@@ -9,6 +9,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from forktool.bisect import bisect
 from forktool.check import check
 from forktool.common import (
     ForkError,
@@ -503,3 +504,32 @@ def test_check_reports_a_patch_that_does_not_apply_alone(toy_root):
         "0002-Raise-v1.patch does not apply with `git am -3` to pristine alone or on its Depends-on patches: "
         "does not apply (made on another version) to src/transformers/values.py"
     ]
+
+
+# ---- bisect: after patches 1..k, the tests of patches 1..k pass ----
+
+
+def test_bisect_from_a_later_prefix(toy_root, capsys):
+    test_file = {
+        "tests/utils/test_v1.py": (
+            "",
+            "from transformers import values\n\n\ndef test_v1():\n    assert values.v1 == 100\n",
+        )
+    }
+    toy_series(
+        toy_root,
+        ("Set v1", {**set_value("v1", 1, 100), **test_file}, []),
+        ("Set v20", set_value("v20", 20, 200), []),
+        ("Set v1 back", set_value("v1", 100, 1), []),
+    )
+    assert not bisect(toy_root, [])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("after ")]
+    assert [line.split(":")[0] for line in lines] == [f"after {p.name}" for p in read_series(toy_root)], lines
+    assert "1 passed" in lines[0] and "1 passed" in lines[1] and "1 failed" in lines[2], lines
+
+    assert not bisect(toy_root, [], first=3)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("after ")]
+    assert len(lines) == 1 and lines[0].startswith("after 0003-Set-v1-back.patch: 1 test files, 1 failed"), lines
+    assert bisect(toy_root, [], first=2) is False
+    with pytest.raises(ForkError, match="the series has patches 1 to 3"):
+        bisect(toy_root, [], first=4)
