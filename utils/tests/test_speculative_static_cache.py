@@ -427,6 +427,26 @@ class LengthOnTheDeviceTest(unittest.TestCase):
             self.assertEqual(layer.get_seq_length(), eager_layer.get_seq_length())
             self.assertEqual(int(layer.cumulative_length), int(eager_layer.cumulative_length))
 
+    def test_mask_sizes_are_ints_once_the_length_is_read_back(self):
+        # After compiled decoding steps past the window, a layer whose length was read back gives the mask sizes of a
+        # cache that was never compiled, as Python ints (not a 0-d tensor offset)
+        model = _model("mistral", 4)
+        input_ids = torch.randint(3, 99, (1, 12), generator=torch.Generator().manual_seed(0))
+        step = torch.compile(model.forward, backend="eager", fullgraph=True, dynamic=False)
+        cache, eager_cache = (StaticCache(config=model.config, max_cache_len=16) for _ in range(2))
+        with torch.no_grad():
+            model(input_ids=input_ids[:, :8], cache=cache)
+            model(input_ids=input_ids[:, :8], cache=eager_cache)
+            for position in range(8, 12):
+                step(input_ids=input_ids[:, position : position + 1], cache=cache)
+                model(input_ids=input_ids[:, position : position + 1], cache=eager_cache)
+        for layer, eager_layer in zip(cache.layers, eager_cache.layers):
+            self.assertEqual(layer.get_seq_length(), eager_layer.get_seq_length())
+            for query_length in (1, 3):
+                sizes = layer.get_mask_sizes(query_length)
+                self.assertEqual([type(size) for size in sizes], [int, int])
+                self.assertEqual(sizes, eager_layer.get_mask_sizes(query_length))
+
     @parameterized.expand([("greedy",), ("prompt_lookup",)])
     def test_passed_cache_used_again_by_a_second_compiled_call(self, decoding):
         # A chat's second turn on the same cache, the window not full: the layers left on the device by the first call
